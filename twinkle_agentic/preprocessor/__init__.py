@@ -1,0 +1,48 @@
+"""Quality preprocessing for multi-turn chat and agent rows.
+
+Names are resolved lazily so ``import twinkle_agentic.preprocessor`` stays cheap and never imports
+the optional stacks (Presidio, spaCy, vLLM...) that some steps need.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "QualityPreprocessor": ".quality",
+    "merge_log_shards": ".dropped_log",
+    "StepStats": ".stats",
+    "Filter": ".base",
+    "Mapper": ".base",
+    "HardFilter": ".hard",
+    "DeadLoopFilter": ".dead_loop",
+    "DedupFilter": ".dedup",
+    "RefuseFilter": ".refuse",
+    "TokenSoupFilter": ".token_soup",
+    "ModelFilter": ".model_filter",
+    "MessageNormalizer": ".normalizer",
+    "IntentClassifier": ".intent",
+    "PIIPresidioFilter": ".pii",
+    "ScoreFilter": ".score",
+    "CharStatsScorer": ".score",
+    "ChrMinScorer": ".score",
+    "SIFDScorer": ".score",
+    "PassNScorer": ".score",
+    "ParaphraseScorer": ".score",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
