@@ -35,6 +35,7 @@ def ray_local():
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(
+            address="local",  # a new cluster: never join another process's cluster on a shared machine
             num_cpus=4,
             object_store_memory=500 * 1024 * 1024,
             include_dashboard=False,
