@@ -12,6 +12,7 @@ from typing import Any
 from .batch import to_rows
 
 INVALID_ROW = "invalid_row"
+INVALID_MESSAGES = "invalid_messages"
 
 
 def drop(row: Any, reason: str) -> dict:

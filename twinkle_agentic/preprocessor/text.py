@@ -9,8 +9,7 @@ import json
 import re
 from typing import Any
 
-_CJK_CHAR = re.compile("[\u4e00-\u9fff\u3040-\u30ff\uac00-\ud7a3]")
-_SPACE_CHARS = re.compile("[ \n\t]")
+_CJK_RUN = re.compile("[\u4e00-\u9fff\u3040-\u30ff\uac00-\ud7a3]+")
 THINK_BLOCK = re.compile(r"<(think|thinking)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
 THINK_OPEN = re.compile(r"<(think|thinking)>", re.IGNORECASE)
 THINK_CLOSE = re.compile(r"</(think|thinking)>", re.IGNORECASE)
@@ -35,6 +34,22 @@ def text_of(content: Any) -> str:
     return ""
 
 
+def messages_of(row: Any) -> list[dict] | None:
+    """The row's messages: missing or None counts as ``[]``; None when it is not a list of dicts.
+
+    Filters drop a None result as ``invalid_messages``; mappers pass such rows through.
+    """
+    messages = row.get("messages") if isinstance(row, dict) else None
+    if messages is None:
+        return []
+    if not isinstance(messages, list):
+        return None
+    for m in messages:
+        if not isinstance(m, dict):
+            return None
+    return messages
+
+
 def message_text(message: Any) -> str:
     return text_of(message.get("content")) if isinstance(message, dict) else ""
 
@@ -48,12 +63,13 @@ def has_media(content: Any) -> bool:
 
 def cjk_ratio(text: str) -> float:
     """Share of CJK ideographs, kana and Hangul syllables, ignoring spaces, newlines and tabs."""
-    if not text:
+    if not text or text.isascii():
         return 0.0
-    n = len(text) - len(_SPACE_CHARS.findall(text))
+    n = len(text) - text.count(" ") - text.count("\n") - text.count("\t")
     if n <= 0:
         return 0.0
-    return len(_CJK_CHAR.findall(text)) / n
+    # Summing run lengths allocates one string per run instead of one per character.
+    return sum(map(len, _CJK_RUN.findall(text))) / n
 
 
 def _decode_json(value: Any) -> Any:

@@ -1,0 +1,66 @@
+"""HardFilter: the "simple query" shapes of a lone user turn, per script.
+
+Each entry is a regex fragment that must match the whole stripped query (case-insensitive). The EN
+list applies when the query's CJK ratio is below 0.3, the CJK lists (ZH, JA, KO together) otherwise.
+``{punct}`` stands for trailing punctuation only.
+"""
+
+EN_PUNCT_TAIL = r"[\s!?.,]*"
+CJK_PUNCT_TAIL = r"[\s!！。，,]*"
+KO_PUNCT_TAIL = r"[\s!！.]*"
+QUESTION_TAIL = r"[?？。]*"
+
+EN_GREETINGS = (
+    "hello",
+    "hi",
+    "hey",
+    "yo",
+    "howdy",
+    "greetings",
+    r"good\s+(?:morning|afternoon|evening|night|day)",
+    r"what'?s\s+up",
+    r"how'?s\s+it\s+going",
+    r"how\s+are\s+you",
+)
+EN_WH_WORDS = ("what", "who", "where", "when", "why", "how")
+EN_WH_AUXILIARIES = ("is", "are", "was", "were", "do", "does", "did", "can", "could", "would", "should", "has", "have")
+EN_LEADING_AUXILIARIES = ("is", "are", "was", "were", "do", "does", "did", "can", "could", "would", "should", "may", "might")
+EN_PRONOUNS = ("you", "they", "he", "she", "it", "this", "that", "there")
+EN_REQUESTS = (r"tell\s+me(?:\s+(?:about|more))?", "explain", "define", "describe", "list", "summarize", r"give\s+me")
+EN_HELP = (r"(?:please\s+)?(?:help|assist)\s+me",)
+
+EN_SIMPLE = (
+    rf"(?:{'|'.join(EN_GREETINGS)}){EN_PUNCT_TAIL}",
+    rf"(?:{'|'.join(EN_WH_WORDS)})(?:'s|\s+(?:{'|'.join(EN_WH_AUXILIARIES)}))\b.{{0,30}}",
+    rf"(?:{'|'.join(EN_LEADING_AUXILIARIES)})\s+(?:{'|'.join(EN_PRONOUNS)})\b.{{0,30}}",
+    rf"(?:{'|'.join(EN_REQUESTS)})\b.{{0,20}}",
+    rf"(?:{'|'.join(EN_HELP)})\b.{{0,20}}",
+)
+
+ZH_GREETINGS = ("你好", "您好", "早上好", "下午好", "晚上好", "大家好", "哈喽", "嗨+")
+ZH_ASK_SUFFIXES = ("是什么", "啥意思", "怎么样", "如何", "为什么")
+ZH_QUESTION_WORDS = ("什么", "为什么", "怎么", "怎样", "哪", "谁", "多少", "几")
+ZH_EXPLAIN = ("介绍", "解释", "告诉我", "讲讲")
+ZH_POLITE_VERBS = ("解释", "介绍", "分析", "说明", "描述", "列举", "阐述", "举例")
+ZH_PLEASE_ASK = "请问"
+
+JA_GREETINGS = ("こんにちは", "こんばんは", "おはよう(?:ございます)?", "はじめまして", "やあ", "よろしく", "どうも")
+JA_ASK_SUFFIXES = ("とは何ですか", "って何(?:ですか)?", "について教えて(?:ください)?", "ですか")
+JA_QUESTION_WORDS = ("何", "なに", "なぜ", "どう", "どこ", "いつ", "誰", "どれ", "どの")
+
+KO_GREETINGS = ("안녕하세요", "안녕", "반갑습니다", "여보세요")
+KO_ASK = (r"[은는]\s*무엇", "뭐")
+KO_QUESTION_WORDS = ("무엇", "뭐", "왜", "어떻게", "어디", "언제")
+KO_EXPLAIN = r"에\s*대해\s*(?:알려주|설명해)"
+
+CJK_SIMPLE = (
+    rf"(?:{'|'.join(ZH_GREETINGS + JA_GREETINGS)}){CJK_PUNCT_TAIL}",
+    rf"(?:{'|'.join(KO_GREETINGS)}){KO_PUNCT_TAIL}",
+    rf".{{0,7}}(?:{'|'.join(ZH_ASK_SUFFIXES + JA_ASK_SUFFIXES)}){QUESTION_TAIL}",
+    rf"(?:{'|'.join(ZH_QUESTION_WORDS + JA_QUESTION_WORDS + KO_QUESTION_WORDS)}).{{0,7}}{QUESTION_TAIL}",
+    rf"(?:{'|'.join(ZH_EXPLAIN)}).{{0,5}}{QUESTION_TAIL}",
+    rf"(?:请|能否)(?:{'|'.join(ZH_POLITE_VERBS)}).{{0,10}}",
+    rf"{ZH_PLEASE_ASK}.{{0,5}}",
+    rf".{{0,7}}(?:{'|'.join(KO_ASK)}){QUESTION_TAIL}",
+    rf".{{0,7}}{KO_EXPLAIN}",
+)
