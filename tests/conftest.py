@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -16,6 +19,20 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _worker_pythonpath() -> str:
+    """Ray workers must import test modules by name (classes defined in tests are pickled by
+    reference): put the repo root and every test directory on their PYTHONPATH."""
+    dirs = [str(REPO_ROOT)] + sorted(
+        str(p) for p in (REPO_ROOT / "tests").rglob("*") if p.is_dir() and "__pycache__" not in p.parts
+    )
+    dirs.insert(1, str(REPO_ROOT / "tests"))
+    existing = os.environ.get("PYTHONPATH")
+    return os.pathsep.join(dirs + ([existing] if existing else []))
+
+
+os.environ["PYTHONPATH"] = _worker_pythonpath()
 
 
 def pick_free_port() -> int:

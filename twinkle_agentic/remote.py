@@ -10,6 +10,7 @@ functions or methods), so Ray does not mistake them for actor methods when it wr
 
 from __future__ import annotations
 
+import logging
 from typing import Any, TypeVar
 
 T = TypeVar("T", bound=type)
@@ -57,6 +58,22 @@ def _check_options(options: dict[str, Any]) -> None:
         )
 
 
+class _DropOverwriteWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "overwrites attribute remote" not in record.getMessage()
+
+
+def _ray_remote_quietly(ray: Any, cls: type) -> Any:
+    """``ray.remote(cls)`` without Ray's warning that its ``remote`` shadows ours (that is intended)."""
+    logger = logging.getLogger("ray.actor")
+    quiet = _DropOverwriteWarning()
+    logger.addFilter(quiet)
+    try:
+        return ray.remote(cls)
+    finally:
+        logger.removeFilter(quiet)
+
+
 class ActorLauncher:
     """Builds Ray actors of one class with a fixed set of actor options."""
 
@@ -72,7 +89,7 @@ class ActorLauncher:
         ray = _import_ray()
         actor_cls = self._cls.__dict__.get("_ray_actor_class")
         if actor_cls is None:
-            actor_cls = ray.remote(self._cls)
+            actor_cls = _ray_remote_quietly(ray, self._cls)
             type.__setattr__(self._cls, "_ray_actor_class", actor_cls)
         return actor_cls.options(**self._options).remote(*args, **kwargs)
 

@@ -1,0 +1,156 @@
+"""Start and stop a Ray head node on this machine, owned by one process tree.
+
+``ray stop`` kills every Ray process on the machine, including other people's clusters, so a head
+started here runs ``ray start --head --block`` in its own process group on free ports and is stopped
+by signalling that group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .auth import auth_headers, ray_environment
+
+START_TIMEOUT_S = 90.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class HeadStartError(RuntimeError):
+    """The head did not come up; carries the tail of its log."""
+
+
+@dataclass
+class LocalHead:
+    """A Ray head node in a subprocess. Use as a context manager or call ``start``/``stop``."""
+
+    num_cpus: int | None = None
+    num_gpus: int | None = None
+    object_store_memory: int | None = None
+    auth_mode: str | None = None
+    host: str = "127.0.0.1"
+    gcs_port: int = field(default_factory=free_port)
+    dashboard_port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+    log_path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.gcs_port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://{self.host}:{self.dashboard_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def command(self, temp_dir: str) -> list[str]:
+        ray_cli = Path(sys.executable).with_name("ray")
+        cmd = [
+            str(ray_cli) if ray_cli.exists() else "ray",
+            "start",
+            "--head",
+            "--block",
+            "--disable-usage-stats",
+            f"--node-ip-address={self.host}",
+            f"--port={self.gcs_port}",
+            "--include-dashboard=true",
+            f"--dashboard-host={self.host}",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+            f"--temp-dir={temp_dir}",
+        ]
+        if self.num_cpus is not None:
+            cmd.append(f"--num-cpus={self.num_cpus}")
+        if self.num_gpus is not None:
+            cmd.append(f"--num-gpus={self.num_gpus}")
+        if self.object_store_memory is not None:
+            cmd.append(f"--object-store-memory={self.object_store_memory}")
+        return cmd
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> LocalHead:
+        if self.process is not None:
+            raise RuntimeError("this head is already started")
+        # Short path: Ray's unix sockets live under the temp dir and have a ~107-byte limit.
+        temp_dir = tempfile.mkdtemp(prefix="rh", dir="/tmp")
+        self.log_path = Path(temp_dir) / "head.log"
+        self.env = ray_environment(self.auth_mode)
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                self.command(temp_dir),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,  # own process group: stop() signals exactly this tree
+            )
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        request = urllib.request.Request(f"{self.dashboard_url}/api/version", headers=auth_headers(self.env))
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise HeadStartError(f"ray start exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(request, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise HeadStartError(f"head not ready after {timeout_s:.0f}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop the head and every process in its group: SIGTERM, a grace period, then SIGKILL."""
+        proc, self.process = self.process, None
+        if proc is None:
+            return
+        pgid = proc.pid  # start_new_session=True made the head its group's leader
+        _signal_group(pgid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace_s)
+        _signal_group(pgid, signal.SIGKILL)  # whatever is left of the tree
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+
+    def __enter__(self) -> LocalHead:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

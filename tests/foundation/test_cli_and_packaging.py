@@ -1,0 +1,72 @@
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OPTIONAL_STACKS = (
+    "ray", "vllm", "presidio_analyzer", "presidio_anonymizer", "spacy", "faker", "openai", "websockets",
+    "openenv", "httpx", "torch", "transformers", "tldextract", "fastapi",
+)
+
+
+def run(*args, cwd=None, timeout=120):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def test_help_lists_commands():
+    out = run("-m", "twinkle_agentic.cli", "--help")
+    assert out.returncode == 0
+    assert "doctor" in out.stdout and "cluster" in out.stdout
+    bad = run("-m", "twinkle_agentic.cli", "frobnicate")
+    assert bad.returncode == 2 and "unknown command 'frobnicate'" in bad.stderr
+
+
+def test_console_script_installed():
+    script = Path(sys.executable).with_name("twinkle-agentic")
+    out = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "usage: twinkle-agentic" in out.stdout
+
+
+def test_doctor_reports_stacks_with_versions():
+    out = run("-m", "twinkle_agentic.cli", "doctor", "--json", timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    checks = {c["name"]: c for c in json.loads(out.stdout)}
+    for name in ("ray", "vllm", "presidio+spacy", "openenv"):
+        assert checks[name]["installed"] and checks[name]["working"], checks[name]
+        assert checks[name]["version"][0].isdigit()
+
+
+def test_service_packages_importable_outside_repo(tmp_path):
+    out = run("-c", "import actors, cluster, deployments, jobs, twinkle_agentic; print(cluster.__file__)", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+
+
+def test_library_imports_without_optional_stacks(tmp_path):
+    """Every twinkle_agentic module imports with Ray, vLLM, Presidio, ... made unimportable."""
+    script = textwrap.dedent(
+        f"""
+        import importlib, pkgutil, sys
+        BLOCKED = {OPTIONAL_STACKS!r}
+
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ImportError(f"blocked optional stack: {{name}}")
+                return None
+
+        sys.meta_path.insert(0, Block())
+        import twinkle_agentic
+        failed = []
+        for mod in pkgutil.walk_packages(twinkle_agentic.__path__, "twinkle_agentic."):
+            try:
+                importlib.import_module(mod.name)
+            except Exception as exc:
+                failed.append(f"{{mod.name}}: {{exc}}")
+        print("\\n".join(failed))
+        sys.exit(1 if failed else 0)
+        """
+    )
+    out = run("-c", script, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr

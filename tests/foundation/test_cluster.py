@@ -1,0 +1,115 @@
+"""The cluster helper: address resolution, one auth mode for every process, and the job path
+``ray start --head`` -> ``ray job submit --working-dir . -- ...`` on a real head started here."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from cluster import ClusterConfigError, LocalHead, resolve_address, resolve_auth_mode
+from cluster.auth import ray_environment
+
+
+def test_resolve_address(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert resolve_address() is None
+    assert resolve_address("10.0.0.1:6379") == "10.0.0.1:6379"
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    assert resolve_address() == "ray://head:10001"
+    assert resolve_address("h:1") == "h:1"  # explicit wins
+    monkeypatch.setenv("RAY_ADDRESS", "  ")
+    assert resolve_address() is None
+
+
+def test_auth_mode(monkeypatch):
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    assert resolve_auth_mode() == "token"
+    monkeypatch.setenv("RAY_AUTH_MODE", "Disabled")
+    assert resolve_auth_mode() == "disabled"
+    with pytest.raises(ClusterConfigError, match="RAY_AUTH_MODE='k8s' is not supported"):
+        resolve_auth_mode("k8s")
+
+
+def test_child_environment_is_consistent(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    env = ray_environment()
+    assert env["RAY_AUTH_MODE"] == "disabled" and os.environ["RAY_AUTH_MODE"] == "disabled"
+    assert os.path.dirname(sys.executable) in env["PATH"].split(os.pathsep)
+
+
+def test_embedded_cluster_via_cli():
+    """``twinkle-agentic cluster info`` with no address starts an embedded cluster sized to the machine."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run(
+        [sys.executable, "-m", "twinkle_agentic.cli", "cluster", "info"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "embedded local cluster at" in out.stdout
+    assert f"{os.cpu_count()} CPUs" in out.stdout and "auth=token" in out.stdout
+
+
+def live_members(pgid: int) -> list[str]:
+    rows = subprocess.run(["ps", "-eo", "pgid=,stat=,args="], capture_output=True, text=True).stdout.splitlines()
+    return [r for r in rows if r.split()[0] == str(pgid) and not r.split()[1].startswith("Z")]
+
+
+@pytest.fixture(scope="module")
+def head():
+    """A head on free ports in its own process group; stopping it must leave no process behind."""
+    with LocalHead(num_cpus=2, object_store_memory=300 * 1024 * 1024, auth_mode="token") as h:
+        pgid = h.pid
+        assert len(live_members(pgid)) >= 3  # ray start, gcs_server, raylet, ...
+        yield h
+    assert h.process is None and live_members(pgid) == []
+
+
+JOB = textwrap.dedent(
+    """
+    import ray
+    from twinkle_agentic.remote import remote_class
+
+    @remote_class(num_cpus=0)
+    class Doubler:
+        def __call__(self, x):
+            return 2 * x
+
+    ray.init()
+    print("JOB-RESULT", ray.get(Doubler.remote().__call__.remote(21)), ray.cluster_resources()["CPU"])
+    """
+)
+
+
+def test_ray_job_submit_cli_against_local_head(head, tmp_path):
+    (tmp_path / "job.py").write_text(JOB)
+    out = subprocess.run(
+        ["ray", "job", "submit", "--address", head.dashboard_url, "--working-dir", str(tmp_path), "--",
+         "python", "job.py"],
+        capture_output=True, text=True, env=head.env, timeout=180,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "JOB-RESULT 42 2.0" in out.stdout
+    assert "succeeded" in out.stdout
+
+
+def test_cluster_submit_helper(head, tmp_path):
+    (tmp_path / "job.py").write_text(JOB)
+    out = subprocess.run(
+        [sys.executable, "-m", "twinkle_agentic.cli", "cluster", "submit", "--address", head.dashboard_url,
+         "--working-dir", str(tmp_path), "--", "python", "job.py"],
+        capture_output=True, text=True, env=head.env, timeout=180,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "JOB-RESULT 42 2.0" in out.stdout and ": SUCCEEDED" in out.stdout
+
+
+def test_failed_job_exits_non_zero(head, tmp_path):
+    (tmp_path / "job.py").write_text("raise SystemExit(3)\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "twinkle_agentic.cli", "cluster", "submit", "--address", head.dashboard_url,
+         "--working-dir", str(tmp_path), "--", "python", "job.py"],
+        capture_output=True, text=True, env=head.env, timeout=180,
+    )
+    assert out.returncode == 1 and ": FAILED" in out.stdout
