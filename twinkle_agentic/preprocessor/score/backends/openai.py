@@ -33,7 +33,8 @@ class OpenAIBackend(ScoreBackend):
     """Backend on an OpenAI-compatible server. ``base_url`` may be the server root or its ``/v1``.
 
     ``max_batch_size`` bounds the prompts per completions request; ``max_concurrency`` bounds the
-    chat requests in flight (one request per conversation, ``n`` samples each).
+    chat requests in flight (one request per conversation, ``n`` samples each); ``max_retries``
+    applies to every request (connection errors, 429 and 5xx).
     """
 
     def __init__(
@@ -47,6 +48,7 @@ class OpenAIBackend(ScoreBackend):
         *,
         max_batch_size: int | None = 64,
         max_concurrency: int = 8,
+        max_retries: int = 2,
     ) -> None:
         if not base_url or not model:
             raise ValueError("OpenAIBackend needs base_url (e.g. 'http://127.0.0.1:8000') and model")
@@ -58,6 +60,7 @@ class OpenAIBackend(ScoreBackend):
         self.timeout = timeout
         self.max_batch_size = max_batch_size
         self.max_concurrency = max(1, max_concurrency)
+        self.max_retries = max_retries
         self._clients: dict[str, Any] = {}
         self._chat_api: Any = None
 
@@ -69,7 +72,9 @@ class OpenAIBackend(ScoreBackend):
         if client is None:
             import openai
 
-            client = openai.OpenAI(base_url=root + "/v1", api_key=self.api_key, timeout=self.timeout)
+            client = openai.OpenAI(
+                base_url=root + "/v1", api_key=self.api_key, timeout=self.timeout, max_retries=self.max_retries
+            )
             self._clients[root] = client
         return client
 
@@ -84,7 +89,10 @@ class OpenAIBackend(ScoreBackend):
             from ....protocol.openai import OpenAI
 
             self._chat_api = OpenAI(
-                self.model, api_key=self.api_key, base_url=self.root + "/v1", client_kwargs={"timeout": self.timeout}
+                self.model,
+                api_key=self.api_key,
+                base_url=self.root + "/v1",
+                client_kwargs={"timeout": self.timeout, "max_retries": self.max_retries},
             )
         return self._chat_api
 
