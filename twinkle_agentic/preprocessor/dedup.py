@@ -63,7 +63,7 @@ def head_tail(text: str, n: int) -> str:
     return text[:n] + text[len(text) - n :]
 
 
-def messages_of(row: dict) -> list:
+def _message_list(row: dict) -> list:
     messages = row.get("messages")
     return messages if isinstance(messages, list) else []
 
@@ -109,7 +109,7 @@ def full_hash(messages: Any) -> str:
 
 
 def message_count(row: dict) -> int:
-    return len(messages_of(row))
+    return len(_message_list(row))
 
 
 def dedup_key(row: dict, prefix_chars: int = 100, asst_chars: int = 100) -> tuple[str, int]:
@@ -119,7 +119,7 @@ def dedup_key(row: dict, prefix_chars: int = 100, asst_chars: int = 100) -> tupl
     hash, so they only collapse with exact copies. The full hash of every other row is not needed:
     a row with the winner's full hash has the winner's length and always loses the tie.
     """
-    messages = messages_of(row)
+    messages = _message_list(row)
     sig = signature(messages, prefix_chars, asst_chars)
     if sig is None:
         return FULL_HASH_PREFIX + full_hash(row.get("messages") or []), len(messages)
@@ -135,8 +135,6 @@ class DedupFilter:
     """
 
     name = "DedupFilter"
-    # The preprocess job runs this step as a global shuffle instead of a per-batch stage.
-    global_step = True
 
     def __init__(self, prefix_chars: int = 100, asst_chars: int = 100):
         for label, value in (("prefix_chars", prefix_chars), ("asst_chars", asst_chars)):

@@ -1,0 +1,183 @@
+"""``PreprocessConfig``: one schema for the YAML file, the command line and Python.
+
+Command-line flags are generated from the dataclass fields (``metadata`` holds the help text), so a
+new option is added in one place. Precedence: built-in defaults < the YAML file < flags given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from .sources import FORMATS
+from .steps import ConfigError, StepSpec, parse_steps
+
+DEFAULT_PIPELINE = "default_pipeline.yaml"
+OUTPUT_FORMATS = ("jsonl", "parquet")
+
+
+def _opt(help_: str, **extra: Any) -> dict:
+    return {"help": help_, **extra}
+
+
+@dataclass
+class PreprocessConfig:
+    inputs: list[str] = field(
+        default_factory=list,
+        metadata=_opt(
+            "input files, directories, globs or pyarrow URIs (JSONL, optionally .gz, or Parquet)",
+            flag="--input",
+            metavar="PATH",
+            nargs="+",
+            action="extend",
+        ),
+    )
+    output: str = field(default="", metadata=_opt("output directory (local path or URI)", metavar="DIR"))
+    steps: list[StepSpec] = field(default_factory=list, metadata={"cli": False})
+    input_format: str | None = field(
+        default=None,
+        metadata=_opt("force the input format instead of guessing from file names", choices=FORMATS),
+    )
+    output_format: str = field(
+        default="jsonl",
+        metadata=_opt("format of the kept rows (the drop ledger is always JSONL)", choices=OUTPUT_FORMATS),
+    )
+    batch_size: int = field(default=1024, metadata=_opt("rows per map_batches call (and per read block)"))
+    dedup_partitions: int | None = field(
+        default=None,
+        metadata=_opt("hash partitions of the dedup shuffle (default: 2 x cluster CPUs, at most 64)"),
+    )
+    actors: int = field(
+        default=1, metadata=_opt("actor pool size of each model stage (steps with needs_actor)")
+    )
+    rows_per_file: int = field(default=200_000, metadata=_opt("about how many rows each output file holds"))
+    address: str | None = field(
+        default=None,
+        metadata=_opt("Ray cluster address (default: RAY_ADDRESS, else an embedded local cluster)"),
+    )
+    num_cpus: int | None = field(
+        default=None, metadata=_opt("CPUs of the embedded local cluster (default: all)")
+    )
+    overwrite: bool = field(
+        default=False, metadata=_opt("replace the outputs of an earlier run in the output directory")
+    )
+    progress: bool = field(default=True, metadata=_opt("show Ray Data progress bars", negate="--no-progress"))
+
+    def validate(self) -> PreprocessConfig:
+        if not self.inputs:
+            raise ConfigError("no input: pass --input PATH (or 'inputs:' in the config file)")
+        if not self.output:
+            raise ConfigError("no output directory: pass --output DIR (or 'output:' in the config file)")
+        for name in ("batch_size", "actors", "rows_per_file"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("dedup_partitions", "num_cpus"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ConfigError(f"output_format must be one of {OUTPUT_FORMATS}, got {self.output_format!r}")
+        if self.input_format is not None and self.input_format not in FORMATS:
+            raise ConfigError(f"input_format must be one of {FORMATS}, got {self.input_format!r}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["steps"] = [spec.to_config() for spec in self.steps]
+        return data
+
+
+def _fields() -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(PreprocessConfig) if f.metadata.get("cli", True)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="twinkle-agentic preprocess",
+        description=(
+            "Clean multi-turn chat/agent datasets with a Ray Data job: the configured filters as map_batches "
+            "stages, global longest-first dedup as a shuffle, every dropped row in a ledger with its reason."
+        ),
+    )
+    parser.add_argument(
+        "--config", metavar="PIPELINE_YAML", help=f"pipeline config (default: the bundled {DEFAULT_PIPELINE})"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the resolved config and stage plan, run nothing"
+    )
+    for f in _fields():
+        meta = dict(f.metadata)
+        flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
+        negate = meta.pop("negate", None)
+        kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": meta.pop("help")}
+        if f.type in ("bool", bool):
+            if negate:
+                parser.add_argument(negate, action="store_false", **kwargs)
+            else:
+                parser.add_argument(flag, action="store_true", **kwargs)
+            continue
+        if f.type in ("int", "int | None"):
+            kwargs["type"] = int
+        kwargs.update(meta)
+        parser.add_argument(flag, **kwargs)
+    return parser
+
+
+def _load_yaml(path: str | None) -> tuple[dict[str, Any], str]:
+    import yaml
+
+    try:
+        if path is None:
+            text = resources.files("jobs.configs").joinpath(DEFAULT_PIPELINE).read_text(encoding="utf-8")
+            where = f"<bundled {DEFAULT_PIPELINE}>"
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+            where = path
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file: {exc}") from exc
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must hold a mapping with 'steps:' and options, got {type(data).__name__}")
+    return data, where
+
+
+def resolve_config(args: argparse.Namespace) -> PreprocessConfig:
+    """Defaults < YAML < command-line flags; paths in the YAML are relative to the YAML file."""
+    data, where = _load_yaml(getattr(args, "config", None))
+    known = {f.name for f in dataclasses.fields(PreprocessConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown option(s) {unknown}; known: {sorted(known)}")
+    values: dict[str, Any] = dict(data)
+    values["steps"] = parse_steps(data.get("steps"))
+    if isinstance(values.get("inputs"), str):
+        values["inputs"] = [values["inputs"]]
+    base = os.path.dirname(os.path.abspath(args.config)) if getattr(args, "config", None) else os.getcwd()
+    for name in ("inputs",):
+        if name in data:
+            values[name] = [_relative_to(base, p) for p in values[name]]
+    if "output" in data:
+        values["output"] = _relative_to(base, values["output"])
+    for f in _fields():
+        if hasattr(args, f.name):
+            values[f.name] = getattr(args, f.name)
+    try:
+        config = PreprocessConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return config.validate()
+
+
+def _relative_to(base: str, path: Any) -> Any:
+    if not isinstance(path, str) or "://" in path or os.path.isabs(os.path.expanduser(path)):
+        return path
+    return os.path.join(base, path)

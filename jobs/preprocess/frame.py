@@ -1,0 +1,123 @@
+"""How rows travel between Ray Data stages: one Arrow table layout for every block.
+
+Each row is carried as its JSON text (column ``row``), next to its id and its fate:
+
+=========  ==============  ===========================================================
+column     type            meaning
+=========  ==============  ===========================================================
+``_src``   int32           index of the source file in the expanded input list
+``_line``  int64           1-based line (JSONL) or row number (Parquet) in that file
+``_kind``  int8            0 live, 1 dropped, 2 statistics record
+``_step``  string          step that dropped the row (null while live)
+``_reason`` string         drop reason (null while live)
+``row``    large_string    the row as JSON; for a dropped row, the row as the step saw it
+=========  ==============  ===========================================================
+
+Why JSON text instead of Arrow structs: rows are schemaless. ``content`` is a string in one
+message and a list of parts in the next, ``tool_calls`` is a list here and a JSON string there,
+and rows carry arbitrary extra keys. Arrow needs one type per column per block and unifies
+blocks by promoting types or filling missing struct fields with nulls, so a struct column would
+either fail on mixed rows or silently rewrite them (a ``{"a": 1}`` beside a ``{"b": 2}`` comes back
+as ``{"a": 1, "b": None}``), and the job could no longer match the one-process run. JSON text
+round-trips every row exactly and costs one decode and one encode per stage, and cheap steps are
+fused into one stage so that happens once for all of them.
+
+Statistics records (``_kind`` 2) are how per-step ``StepStats`` reach the driver: every stage call
+appends one record with the stats of the batch it processed, the records flow with the data, and
+the output sink sums them. They are therefore counted exactly once even when Ray retries a task.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+SRC, LINE, KIND, STEP, REASON, ROW = "_src", "_line", "_kind", "_step", "_reason", "row"
+# Present only between a stage and the dedup shuffle that follows it.
+DKEY, DLEN = "_dkey", "_dlen"
+# Read output: the raw bytes of each record before parsing.
+RAW = "_raw"
+
+LIVE, DROPPED, STATS = 0, 1, 2
+READ_STEP = "read"
+
+
+def frame_schema(with_dedup_key: bool = False) -> Any:
+    import pyarrow as pa
+
+    fields = [
+        pa.field(SRC, pa.int32()),
+        pa.field(LINE, pa.int64()),
+        pa.field(KIND, pa.int8()),
+        pa.field(STEP, pa.string()),
+        pa.field(REASON, pa.string()),
+        pa.field(ROW, pa.large_string()),
+    ]
+    if with_dedup_key:
+        fields += [pa.field(DKEY, pa.string()), pa.field(DLEN, pa.int32())]
+    return pa.schema(fields)
+
+
+def read_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [pa.field(SRC, pa.int32()), pa.field(LINE, pa.int64()), pa.field(RAW, pa.large_binary())]
+    )
+
+
+class FrameBuilder:
+    """Collects output rows of one stage call column by column, then builds the Arrow table."""
+
+    def __init__(self, with_dedup_key: bool = False):
+        self.with_dedup_key = with_dedup_key
+        self.columns: dict[str, list] = {name: [] for name in frame_schema(with_dedup_key).names}
+
+    def add(
+        self,
+        src: int,
+        line: int,
+        kind: int,
+        step: str | None,
+        reason: str | None,
+        row_json: str,
+        dkey: str | None = None,
+        dlen: int = 0,
+    ) -> None:
+        c = self.columns
+        c[SRC].append(src)
+        c[LINE].append(line)
+        c[KIND].append(kind)
+        c[STEP].append(step)
+        c[REASON].append(reason)
+        c[ROW].append(row_json)
+        if self.with_dedup_key:
+            c[DKEY].append(dkey)
+            c[DLEN].append(dlen)
+
+    def add_stats(self, records: list[dict]) -> None:
+        """One statistics record: ``[{position, ...StepStats.to_dict()}, ...]`` as JSON."""
+        self.add(-1, -1, STATS, None, None, json.dumps(records), dkey="~stats")
+
+    def build(self) -> Any:
+        import pyarrow as pa
+
+        return pa.table(self.columns, schema=frame_schema(self.with_dedup_key))
+
+
+def passthrough(table: Any, with_dedup_key: bool = False) -> Any:
+    """The rows of a frame table that are not live, unchanged, in the output layout.
+
+    Dropped rows and statistics records never compete in a dedup; when a dedup key is needed each
+    gets one of its own so the shuffle spreads them evenly.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rest = table.filter(pc.not_equal(table.column(KIND), LIVE)).select(list(frame_schema().names))
+    if not with_dedup_key:
+        return rest
+    key = pc.binary_join_element_wise(
+        "~", pc.cast(rest.column(SRC), pa.string()), pc.cast(rest.column(LINE), pa.string()), ":"
+    )
+    return rest.append_column(DKEY, key).append_column(DLEN, pa.array([0] * rest.num_rows, pa.int32()))

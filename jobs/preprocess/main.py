@@ -1,0 +1,58 @@
+"""``twinkle-agentic preprocess``: exit 0 on success, 2 on bad config or input, 1 on a run failure."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+
+from .config import build_parser, resolve_config
+from .sources import InputError
+from .steps import ConfigError
+
+PROG = "twinkle-agentic preprocess"
+
+
+def dry_run(cfg) -> None:
+    import yaml
+
+    from .job import plan
+
+    sources, _, names, stages = plan(cfg)
+    print(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True).rstrip())
+    print(f"# {len(sources)} input file(s):")
+    for source in sources[:20]:
+        print(f"#   [{source.index}] {source.uri} ({source.format})")
+    if len(sources) > 20:
+        print(f"#   ... and {len(sources) - 20} more")
+    print("# stages:")
+    for i, stage in enumerate(stages, 1):
+        print(f"#   {i}. {stage.describe(names)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    start = time.perf_counter()
+    output = getattr(args, "output", "?")
+    try:
+        cfg = resolve_config(args)
+        output = cfg.output
+        if args.dry_run:
+            dry_run(cfg)
+            return 0
+        from .job import run
+
+        summary = run(cfg)
+    except (ConfigError, InputError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        print(f"preprocess: not started ({type(exc).__name__}); output: {output}")
+        return 2
+    except Exception as exc:  # a run failure: report it, keep the exit code contract
+        traceback.print_exc()
+        print(f"{PROG}: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"preprocess: FAILED after {time.perf_counter() - start:.1f} s; output: {output}")
+        return 1
+    print(summary.line())
+    return 0

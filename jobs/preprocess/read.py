@@ -1,0 +1,106 @@
+"""A Ray Data datasource yielding raw records with their ids, never failing on a bad line.
+
+``ray.data.read_json`` parses whole files with pyarrow: one bad line fails the file (and the job).
+Here a read task only splits files into records (``_src``, ``_line``, ``_raw`` bytes) and the first
+map stage parses them, so a bad line becomes a ``malformed_json`` drop with its file and line number.
+Files are assigned to read tasks in contiguous runs of similar total size; each task streams its
+files in blocks of ``block_rows`` records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ray.data.block import BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+from .frame import read_schema
+from .sources import Source, iter_records
+
+# Assumed in-memory size of a file whose size is unknown, and expansion of compressed files.
+_UNKNOWN_SIZE = 64 << 20
+_COMPRESSED_EXPANSION = 5
+
+
+def _estimated_size(source: Source) -> int:
+    size = source.size_bytes if source.size_bytes is not None else _UNKNOWN_SIZE
+    return size * _COMPRESSED_EXPANSION if source.uri.endswith((".gz", ".bz2", ".zst")) else size
+
+
+def read_blocks(sources: list[Source], block_rows: int) -> Iterator[Any]:
+    """Blocks of raw records of ``sources``, in order, ``block_rows`` records at most per block."""
+    import pyarrow as pa
+
+    schema = read_schema()
+    for source in sources:
+        srcs: list[int] = []
+        lines: list[int] = []
+        raws: list[bytes] = []
+        for line, raw in iter_records(source):
+            srcs.append(source.index)
+            lines.append(line)
+            raws.append(raw)
+            if len(raws) >= block_rows:
+                yield pa.table([srcs, lines, raws], schema=schema)
+                srcs, lines, raws = [], [], []
+        if raws:
+            yield pa.table([srcs, lines, raws], schema=schema)
+
+
+def split_sources(sources: list[Source], parallelism: int) -> list[list[Source]]:
+    """Contiguous groups of sources with about equal estimated size, at most ``parallelism`` groups."""
+    if not sources:
+        return []
+    groups = max(1, min(parallelism, len(sources)))
+    total = sum(_estimated_size(s) for s in sources)
+    target = total / groups
+    result: list[list[Source]] = [[]]
+    filled = 0
+    for i, source in enumerate(sources):
+        remaining_sources = len(sources) - i
+        remaining_groups = groups - len(result)
+        # Start a new group when this one is full, or when every remaining group needs a source.
+        if result[-1] and (filled >= target or remaining_sources <= remaining_groups):
+            result.append([])
+            filled = 0
+        result[-1].append(source)
+        filled += _estimated_size(source)
+    return result
+
+
+class RecordDatasource(Datasource):
+    """Raw records of JSONL (plain or compressed) and Parquet files with (source, line) ids."""
+
+    def __init__(self, sources: list[Source], block_rows: int):
+        super().__init__()
+        self.sources = list(sources)
+        self.block_rows = block_rows
+
+    def get_name(self) -> str:
+        return "ReadRecords"
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return sum(_estimated_size(s) for s in self.sources)
+
+    def get_read_tasks(
+        self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
+    ) -> list[ReadTask]:
+        tasks = []
+        block_rows = self.block_rows
+        for group in split_sources(self.sources, parallelism if parallelism > 0 else len(self.sources)):
+            metadata = BlockMetadata(
+                num_rows=None,
+                size_bytes=sum(_estimated_size(s) for s in group),
+                input_files=[s.uri for s in group],
+                exec_stats=None,
+            )
+            tasks.append(
+                ReadTask(
+                    lambda group=group: read_blocks(group, block_rows),
+                    metadata,
+                    schema=read_schema(),
+                    per_task_row_limit=per_task_row_limit,
+                )
+            )
+        return tasks

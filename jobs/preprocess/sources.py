@@ -1,0 +1,286 @@
+"""Input files: expand paths/globs/URIs, read them line by line, parse lines into rows.
+
+Pure functions over pyarrow file systems, with no Ray: the Ray datasource, the one-process reference
+run and the tests all read through these, so every run numbers and parses rows the same way.
+
+A row's id is ``(source index, line)``: the position of its file in the expanded input list and its
+1-based line number (for Parquet, its 1-based row number). Sorting by id gives input order, which
+is what deterministic tie-breaks (dedup) use.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+MALFORMED_JSON = "malformed_json"
+INVALID_ROW = "invalid_row"
+
+JSONL = "jsonl"
+PARQUET = "parquet"
+FORMATS = (JSONL, PARQUET)
+# Extension (after stripping a compression suffix) -> format.
+_EXTENSIONS = {".jsonl": JSONL, ".json": JSONL, ".ndjson": JSONL, ".parquet": PARQUET, ".pq": PARQUET}
+_COMPRESSION_SUFFIXES = (".gz", ".bz2", ".zst", ".lz4", ".br")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_CHUNK_BYTES = 8 << 20
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+# Row ids pack into one int64 for cheap sorting: source index in the high bits, line in the low 40.
+LINE_BITS = 40
+MAX_LINE = (1 << LINE_BITS) - 1
+MAX_SOURCES = 1 << 22
+
+
+class InputError(ValueError):
+    """An input path or file cannot be used; the message names it and says why."""
+
+
+@dataclass(frozen=True)
+class Source:
+    index: int
+    uri: str
+    format: str
+    size_bytes: int | None = None
+
+
+def row_order(src: int, line: int) -> int:
+    return (src << LINE_BITS) | line
+
+
+def _strip_compression(path: str) -> str:
+    lower = path.lower()
+    for suffix in _COMPRESSION_SUFFIXES:
+        if lower.endswith(suffix):
+            return path[: -len(suffix)]
+    return path
+
+
+def format_of(path: str, forced: str | None = None) -> str | None:
+    if forced:
+        return forced
+    return _EXTENSIONS.get(os.path.splitext(_strip_compression(path))[1].lower())
+
+
+def _filesystem(spec: str) -> tuple[Any, str, str]:
+    """(pyarrow file system, path inside it, prefix that turns such a path back into a URI).
+
+    Local paths and ``file://`` URIs use the local file system; any other URI goes through
+    ``pyarrow.fs.FileSystem.from_uri`` (s3://, gs://, hdfs://, ...). Glob characters may follow the
+    bucket or directory part.
+    """
+    from pyarrow import fs
+
+    if "://" not in spec or spec.startswith("file://"):
+        local = spec[len("file://") :] if spec.startswith("file://") else spec
+        return fs.LocalFileSystem(), os.path.abspath(os.path.expanduser(local)), ""
+    root = _glob_root(spec) if _GLOB_CHARS.search(spec) else spec
+    try:
+        filesystem, root_path = fs.FileSystem.from_uri(root)
+    except Exception as exc:  # pyarrow raises ArrowInvalid/OSError with its own explanation
+        raise InputError(f"cannot open input {spec!r}: {exc}") from exc
+    bare = root_path.rstrip("/")
+    at = root.find(bare) if bare else -1
+    prefix = root[:at] if at > 0 else root.split("://", 1)[0] + "://"
+    path = bare + ("/" + spec[len(root) :].lstrip("/") if root != spec else "")
+    return filesystem, path, prefix
+
+
+def _glob_root(pattern: str) -> str:
+    """The longest leading part of a glob pattern without glob characters, ending at a '/'."""
+    head = _GLOB_CHARS.split(pattern, 1)[0]
+    return head[: head.rfind("/") + 1] if "/" in head else ""
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """Shell glob semantics: ``*`` and ``?`` stay within one path segment, ``**`` spans segments."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            end = pattern.find("]", i + 1)
+            if end == -1:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : end]
+                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+                i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _is_data_file(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return not name.startswith((".", "_"))
+
+
+def _list_files(filesystem: Any, root: str) -> list[Any]:
+    from pyarrow import fs
+
+    infos = filesystem.get_file_info(fs.FileSelector(root.rstrip("/") or "/", recursive=True))
+    return sorted((i for i in infos if i.type == fs.FileType.File), key=lambda i: i.path)
+
+
+def expand_inputs(specs: list[str], input_format: str | None = None) -> list[Source]:
+    """Expand files, directories (recursive, files with a known extension) and globs, in the order
+    given; each glob or directory expands in sorted order. A file named twice is read once."""
+    from pyarrow import fs
+
+    if input_format is not None and input_format not in FORMATS:
+        raise InputError(f"input format {input_format!r} is not supported; use one of {', '.join(FORMATS)}")
+    if not specs:
+        raise InputError("no input given: pass --input PATH (files, directories, globs or URIs)")
+    found: list[tuple[str, str, int | None]] = []
+    for spec in specs:
+        filesystem, path, prefix = _filesystem(spec)
+        if _GLOB_CHARS.search(path):
+            root = _glob_root(path) or "./"
+            regex = _glob_regex(path)
+            matches = [
+                i for i in _list_files(filesystem, root) if regex.match(i.path) and _is_data_file(i.path)
+            ]
+            if not matches:
+                raise InputError(f"input glob {spec!r} matches no file")
+            found += [(prefix + i.path, format_of(i.path, input_format) or "", i.size) for i in matches]
+            continue
+        info = filesystem.get_file_info(path)
+        if info.type == fs.FileType.NotFound:
+            raise InputError(f"input {spec!r} does not exist")
+        if info.type == fs.FileType.Directory:
+            files = [
+                i
+                for i in _list_files(filesystem, path)
+                if _is_data_file(i.path) and format_of(i.path, input_format)
+            ]
+            if not files:
+                raise InputError(f"input directory {spec!r} holds no .jsonl/.json/.parquet file")
+            found += [(prefix + i.path, format_of(i.path, input_format) or "", i.size) for i in files]
+        else:
+            found.append((prefix + path, format_of(path, input_format) or "", info.size))
+    sources: list[Source] = []
+    seen: set[str] = set()
+    for uri, fmt, size in found:
+        if uri in seen:
+            continue
+        if not fmt:
+            raise InputError(
+                f"cannot tell the format of {uri!r} from its name; use .jsonl/.json/.parquet "
+                "(optionally .gz) or pass --input-format"
+            )
+        seen.add(uri)
+        sources.append(Source(len(sources), uri, fmt, size))
+    if len(sources) > MAX_SOURCES:
+        raise InputError(f"{len(sources)} input files; at most {MAX_SOURCES} are supported in one run")
+    return sources
+
+
+def _open_stream(uri: str) -> Any:
+    filesystem, path, _ = _filesystem(uri)
+    return filesystem.open_input_stream(path, compression="detect")
+
+
+def iter_lines(uri: str) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line bytes) of every non-blank line; ``\\r\\n`` endings and a leading
+    UTF-8 byte-order mark are removed. Blank lines are not rows and are skipped."""
+    number = 0
+    rest = b""
+    with _open_stream(uri) as stream:
+        first = True
+        while True:
+            chunk = stream.read(_CHUNK_BYTES)
+            if not chunk:
+                break
+            if first:
+                chunk = chunk.removeprefix(_UTF8_BOM)
+                first = False
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                number += 1
+                if line.strip():
+                    yield number, line.removesuffix(b"\r")
+    if rest.strip():
+        yield number + 1, rest.removesuffix(b"\r")
+    if number + 1 > MAX_LINE:
+        raise InputError(f"{uri}: more than {MAX_LINE} lines")
+
+
+def json_default(value: Any) -> Any:
+    """JSON for the non-JSON values Parquet can hold (dates, decimals, bytes, numpy)."""
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    tolist = getattr(value, "tolist", None)
+    if tolist is not None:
+        return tolist()
+    return str(value)
+
+
+def dumps(row: Any) -> str:
+    """The one serialisation of rows everywhere in the job: unescaped unicode, Parquet types as JSON."""
+    return json.dumps(row, ensure_ascii=False, default=json_default)
+
+
+def iter_parquet_rows(uri: str, batch_rows: int = 4096) -> Iterator[tuple[int, bytes]]:
+    """(1-based row number, row as JSON bytes) of every row of a Parquet file."""
+    import pyarrow.parquet as pq
+
+    filesystem, path, _ = _filesystem(uri)
+    number = 0
+    with filesystem.open_input_file(path) as handle:
+        for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):
+            for row in batch.to_pylist():
+                number += 1
+                yield number, dumps(row).encode("utf-8", "surrogatepass")
+
+
+def iter_records(source: Source) -> Iterator[tuple[int, bytes]]:
+    """(row number, raw JSON bytes) of every record of a source, in file order."""
+    if source.format == PARQUET:
+        return iter_parquet_rows(source.uri)
+    return iter_lines(source.uri)
+
+
+def parse_record(raw: bytes | str) -> tuple[dict | None, str | None, Any]:
+    """(row, None, None) for a JSON object; (None, reason, ledger value) otherwise.
+
+    The ledger value is the raw text for a line that is not JSON, the decoded value for JSON that
+    is not an object.
+    """
+    try:
+        value = json.loads(raw)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        return None, MALFORMED_JSON, text
+    except RecursionError:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        return None, MALFORMED_JSON, text
+    if not isinstance(value, dict):
+        return None, INVALID_ROW, value
+    return value, None, None

@@ -1,0 +1,242 @@
+"""The functions Ray Data runs on each block: a group of steps, and the dedup winner selection.
+
+Both are plain callables on a ``pyarrow.Table`` in the layout of :mod:`.frame`, so they are unit-tested
+without Ray. ``StageAdapter`` calls exactly the step objects ``QualityPreprocessor`` would run in one
+process, on a list of row dicts, and checks the step contract on every call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+from twinkle_agentic.preprocessor.batch import to_rows
+from twinkle_agentic.preprocessor.dedup import DUPLICATE
+from twinkle_agentic.preprocessor.dropped_log import REASON_KEY, UNKNOWN_REASON
+from twinkle_agentic.preprocessor.quality import StepContractError
+from twinkle_agentic.preprocessor.stats import StepStats
+
+from .frame import (
+    DKEY,
+    DLEN,
+    DROPPED,
+    KIND,
+    LINE,
+    LIVE,
+    RAW,
+    READ_STEP,
+    REASON,
+    ROW,
+    SRC,
+    STEP,
+    FrameBuilder,
+    frame_schema,
+    passthrough,
+)
+from .sources import LINE_BITS, MAX_LINE, dumps, parse_record, row_order
+
+# Each live row carries its id under this key while steps run, so kept and dropped rows can be
+# traced back to (source, line) whatever a step returns. It is removed before a row is written.
+ROW_ID_KEY = "__twinkle_row_id__"
+READ_POSITION = -1
+
+
+def stats_record(position: int, stats: StepStats) -> dict:
+    return {"position": position, **stats.to_dict()}
+
+
+class StageAdapter:
+    """Runs a group of steps on one batch of rows, as a Ray Data ``map_batches`` function.
+
+    ``parse=True`` for the first stage: its input is raw records (``_src``, ``_line``, ``_raw``) and
+    lines that are not JSON objects become drops of step ``read``. ``dedup`` is the DedupFilter that
+    follows this stage: its group key and message count are attached to every live row for the
+    shuffle (computed here, where the rows are already decoded).
+    """
+
+    def __init__(
+        self,
+        steps: list[Any],
+        positions: list[int],
+        names: list[str],
+        *,
+        parse: bool = False,
+        dedup: Any = None,
+    ):
+        if not (len(steps) == len(positions) == len(names)):
+            raise ValueError("steps, positions and names must have the same length")
+        self.steps = list(steps)
+        self.positions = list(positions)
+        self.names = list(names)
+        self.parse = parse
+        self.dedup = dedup
+
+    def warmup(self) -> None:
+        """Load what the steps need (models) now: called once per actor in an actor pool."""
+        for step in self.steps:
+            warm = getattr(step, "warmup", None)
+            if callable(warm):
+                warm()
+
+    def __call__(self, table: Any) -> Any:
+        import pyarrow as pa
+
+        with_key = self.dedup is not None
+        out = FrameBuilder(with_key)
+        records: list[dict] = []
+        if self.parse:
+            rows = self._parse(table, out, records)
+            parts = []
+        else:
+            rows = self._decode(table)
+            parts = [passthrough(table, with_key)]
+        rows = self._run_steps(rows, out, records)
+        for row in rows:
+            order = row.pop(ROW_ID_KEY)
+            text = dumps(row)
+            key, length = self.dedup.key(row) if with_key else (None, 0)
+            out.add(order >> LINE_BITS, order & MAX_LINE, LIVE, None, None, text, key, length)
+        out.add_stats(records)
+        parts.append(out.build())
+        return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+    @staticmethod
+    def _parse(table: Any, out: FrameBuilder, records: list[dict]) -> list[dict]:
+        start = time.perf_counter()
+        rows: list[dict] = []
+        reasons: Counter = Counter()
+        srcs = table.column(SRC).to_pylist()
+        lines = table.column(LINE).to_pylist()
+        for src, line, raw in zip(srcs, lines, table.column(RAW).to_pylist(), strict=True):
+            row, reason, value = parse_record(raw)
+            if row is None:
+                reasons[reason] += 1
+                out.add(src, line, DROPPED, READ_STEP, reason, dumps(value))
+            else:
+                row[ROW_ID_KEY] = row_order(src, line)
+                rows.append(row)
+        n = len(srcs)
+        stats = StepStats(READ_STEP, n, len(rows), n - len(rows), time.perf_counter() - start, reasons)
+        records.append(stats_record(READ_POSITION, stats))
+        return rows
+
+    @staticmethod
+    def _decode(table: Any) -> list[dict]:
+        import pyarrow.compute as pc
+
+        live = table.filter(pc.equal(table.column(KIND), LIVE))
+        rows = []
+        for src, line, text in zip(
+            live.column(SRC).to_pylist(),
+            live.column(LINE).to_pylist(),
+            live.column(ROW).to_pylist(),
+            strict=True,
+        ):
+            row = json.loads(text)
+            row[ROW_ID_KEY] = row_order(src, line)
+            rows.append(row)
+        return rows
+
+    def _run_steps(self, rows: list[dict], out: FrameBuilder, records: list[dict]) -> list[dict]:
+        for step, position, name in zip(self.steps, self.positions, self.names, strict=True):
+            before = len(rows)
+            if before == 0:
+                records.append(stats_record(position, StepStats(name)))
+                continue
+            start = time.perf_counter()
+            result = step(rows)
+            seconds = time.perf_counter() - start
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise StepContractError(name, f"returned {type(result).__name__}, not a 2-tuple")
+            kept, dropped = (to_rows(part) if part is not None else [] for part in result)
+            self._check_ids(name, before, kept, dropped)
+            reasons: Counter = Counter()
+            for row in dropped:
+                order = row.pop(ROW_ID_KEY)
+                reason = row.pop(REASON_KEY, None)
+                reason = reason if isinstance(reason, str) and reason else UNKNOWN_REASON
+                reasons[reason] += 1
+                out.add(order >> LINE_BITS, order & MAX_LINE, DROPPED, name, reason, dumps(row))
+            records.append(
+                stats_record(position, StepStats(name, before, len(kept), len(dropped), seconds, reasons))
+            )
+            rows = kept
+        return rows
+
+    @staticmethod
+    def _check_ids(name: str, before: int, kept: list, dropped: list) -> None:
+        if len(kept) + len(dropped) != before:
+            raise StepContractError(
+                name, f"was given {before} rows but returned {len(kept)} kept + {len(dropped)} dropped"
+            )
+        ids = set()
+        for row in (*kept, *dropped):
+            order = row.get(ROW_ID_KEY) if isinstance(row, dict) else None
+            if order is None:
+                raise StepContractError(
+                    name,
+                    "returned a row that lost the keys it does not handle (or is not a dict): "
+                    f"steps must keep unknown row keys, got {str(row)[:200]}",
+                )
+            ids.add(order)
+        if len(ids) != before:
+            raise StepContractError(name, "returned the same input row more than once")
+
+
+def mark_duplicates(table: Any, step: str, position: int) -> Any:
+    """Dedup winner selection on one hash partition (``batch_size=None``: whole partitions).
+
+    Every group key lies wholly inside one partition. Per key the live row with the most messages
+    wins, ties going to the earliest row id (``_src``, ``_line``): the order-free form of
+    DedupFilter's one-pass rule. Losers become drops of ``step`` with reason ``duplicate``.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    start = time.perf_counter()
+    kinds = table.column(KIND).to_numpy()
+    live_index = np.flatnonzero(kinds == LIVE)
+    losers = np.zeros(table.num_rows, dtype=bool)
+    if live_index.size:
+        live = table.take(pa.array(live_index)).select([DKEY, DLEN, SRC, LINE])
+        order = pc.sort_indices(
+            live,
+            sort_keys=[(DKEY, "ascending"), (DLEN, "descending"), (SRC, "ascending"), (LINE, "ascending")],
+        ).to_numpy()
+        keys = live.column(DKEY).take(pa.array(order)).combine_chunks()
+        first = np.ones(order.size, dtype=bool)
+        if order.size > 1:
+            first[1:] = pc.not_equal(keys.slice(1), keys.slice(0, order.size - 1)).to_numpy(
+                zero_copy_only=False
+            )
+        losers[live_index[order[~first]]] = True
+    mask = pa.array(losers)
+    result = table.select(list(frame_schema().names))
+    result = result.set_column(
+        result.schema.get_field_index(KIND),
+        KIND,
+        pc.if_else(mask, pa.scalar(DROPPED, pa.int8()), result.column(KIND)),
+    )
+    result = result.set_column(
+        result.schema.get_field_index(STEP), STEP, pc.if_else(mask, pa.scalar(step), result.column(STEP))
+    )
+    result = result.set_column(
+        result.schema.get_field_index(REASON),
+        REASON,
+        pc.if_else(mask, pa.scalar(DUPLICATE), result.column(REASON)),
+    )
+    n_losers = int(losers.sum())
+    stats = StepStats(
+        step,
+        int(live_index.size),
+        int(live_index.size) - n_losers,
+        n_losers,
+        time.perf_counter() - start,
+        Counter({DUPLICATE: n_losers}) if n_losers else Counter(),
+    )
+    tail = FrameBuilder()
+    tail.add_stats([stats_record(position, stats)])
+    return pa.concat_tables([result, tail.build()])
