@@ -70,7 +70,9 @@ class QualityPreprocessor:
             raise TypeError(f"pipeline must be a list of steps, got {type(pipeline).__name__}")
         for i, step in enumerate(pipeline):
             if not callable(step):
-                raise TypeError(f"pipeline[{i}] ({step!r}) is not callable; a step maps rows to (kept, dropped)")
+                raise TypeError(
+                    f"pipeline[{i}] ({step!r}) is not callable; a step maps rows to (kept, dropped)"
+                )
         self.pipeline = list(pipeline)
         self.names = [step_name(s) for s in self.pipeline]
         self.log = (

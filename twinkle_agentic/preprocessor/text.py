@@ -130,8 +130,9 @@ def reasoning_of(message: Any) -> str:
 def split_think(text: str) -> tuple[str, str]:
     """Split text into (think, response).
 
-    Think is the inner text of every ``<think>``/``<thinking>`` block; an unclosed opening tag makes
-    the rest think; a bare closing tag makes the text before it think. Response is all text outside
+    Think is the inner text of every ``<think>``/``<thinking>`` block, unstripped and joined by
+    newlines (whitespace-only blocks skipped); an unclosed opening tag makes the rest think; a bare
+    closing tag makes the text before it think. Response is all text outside
     the blocks, joined by newlines and stripped.
     """
     if not text or "<" not in text:
@@ -156,7 +157,7 @@ def split_think(text: str) -> tuple[str, str]:
             break
         think_parts.append(text[opening.end() : closing.start()])
         pos = closing.end()
-    think = "\n".join(p.strip() for p in think_parts if p.strip())
+    think = "\n".join(p for p in think_parts if p.strip())
     response = "\n".join(p.strip() for p in outside if p.strip())
     return think, response
 

@@ -23,10 +23,46 @@ EN_GREETINGS = (
     r"how\s+are\s+you",
 )
 EN_WH_WORDS = ("what", "who", "where", "when", "why", "how")
-EN_WH_AUXILIARIES = ("is", "are", "was", "were", "do", "does", "did", "can", "could", "would", "should", "has", "have")
-EN_LEADING_AUXILIARIES = ("is", "are", "was", "were", "do", "does", "did", "can", "could", "would", "should", "may", "might")
+EN_WH_AUXILIARIES = (
+    "is",
+    "are",
+    "was",
+    "were",
+    "do",
+    "does",
+    "did",
+    "can",
+    "could",
+    "would",
+    "should",
+    "has",
+    "have",
+)
+EN_LEADING_AUXILIARIES = (
+    "is",
+    "are",
+    "was",
+    "were",
+    "do",
+    "does",
+    "did",
+    "can",
+    "could",
+    "would",
+    "should",
+    "may",
+    "might",
+)
 EN_PRONOUNS = ("you", "they", "he", "she", "it", "this", "that", "there")
-EN_REQUESTS = (r"tell\s+me(?:\s+(?:about|more))?", "explain", "define", "describe", "list", "summarize", r"give\s+me")
+EN_REQUESTS = (
+    r"tell\s+me(?:\s+(?:about|more))?",
+    "explain",
+    "define",
+    "describe",
+    "list",
+    "summarize",
+    r"give\s+me",
+)
 EN_HELP = (r"(?:please\s+)?(?:help|assist)\s+me",)
 
 EN_SIMPLE = (
@@ -44,7 +80,15 @@ ZH_EXPLAIN = ("介绍", "解释", "告诉我", "讲讲")
 ZH_POLITE_VERBS = ("解释", "介绍", "分析", "说明", "描述", "列举", "阐述", "举例")
 ZH_PLEASE_ASK = "请问"
 
-JA_GREETINGS = ("こんにちは", "こんばんは", "おはよう(?:ございます)?", "はじめまして", "やあ", "よろしく", "どうも")
+JA_GREETINGS = (
+    "こんにちは",
+    "こんばんは",
+    "おはよう(?:ございます)?",
+    "はじめまして",
+    "やあ",
+    "よろしく",
+    "どうも",
+)
 JA_ASK_SUFFIXES = ("とは何ですか", "って何(?:ですか)?", "について教えて(?:ください)?", "ですか")
 JA_QUESTION_WORDS = ("何", "なに", "なぜ", "どう", "どこ", "いつ", "誰", "どれ", "どの")
 
