@@ -9,10 +9,12 @@ structured errors (``errors``). ``__call__`` blocks; ``acall`` is the asyncio fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from twinkle_agentic.data_format import Message, SamplingParams, Trajectory
@@ -29,6 +31,26 @@ from .openai_payload import from_completion, to_request
 from .retry import RetryPolicy, parse_retry_after
 
 NO_KEY_PLACEHOLDER = "EMPTY"  # what local OpenAI-compatible servers accept when auth is off
+ASYNC_TRANSPORTS = ("auto", "aiohttp", "httpx", "direct")
+
+
+def _aiohttp_available() -> bool:
+    try:
+        import aiohttp  # noqa: F401
+        from openai._vendor.httpx_aiohttp import Httpx2AiohttpClient  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _LoopClient:
+    """The async client of one event loop (SDK or direct transport), and how many sessions use it."""
+
+    __slots__ = ("client", "sessions")
+
+    def __init__(self, client: Any):
+        self.client = client
+        self.sessions = 0
 
 
 class OpenAI(API):
@@ -38,7 +60,12 @@ class OpenAI(API):
     ``client_kwargs`` go to ``openai.OpenAI``/``AsyncOpenAI`` (``timeout``, ``default_headers``,
     ``http_client``...); a ``max_retries`` there sets ``retry.attempts = max_retries + 1``.
     ``send_reasoning_content`` keeps ``reasoning_content`` in replayed assistant messages.
-    Picklable (clients are rebuilt lazily), so it travels into Ray actors.
+    ``async_transport`` picks the HTTP stack of ``acall``: ``aiohttp`` (the SDK's
+    ``DefaultAioHttpClient``; about half the CPU per request of httpx under high concurrency),
+    ``httpx``, ``auto`` (aiohttp when installed), or ``direct`` (``direct_transport``: aiohttp
+    without the SDK's model layers, ~6x less client CPU per request, for rollout farms; honours
+    ``timeout`` and ``default_headers`` of ``client_kwargs``). ``client_kwargs['http_client']``
+    applies to the blocking client only. Picklable (clients are rebuilt lazily), so it travels into Ray actors.
     """
 
     def __init__(
@@ -50,7 +77,10 @@ class OpenAI(API):
         *,
         retry: RetryPolicy | None = None,
         send_reasoning_content: bool = False,
+        async_transport: str = "auto",
     ):
+        if async_transport not in ASYNC_TRANSPORTS:
+            raise ValueError(f"async_transport must be one of {ASYNC_TRANSPORTS}, got {async_transport!r}")
         if not isinstance(model, str) or not model:
             raise ValueError(f"OpenAI(model=...) must be a non-empty model name, got {model!r}")
         self.model = model
@@ -65,12 +95,13 @@ class OpenAI(API):
             retry = RetryPolicy() if max_retries is None else RetryPolicy(attempts=int(max_retries) + 1)
         self.retry = retry
         self.send_reasoning_content = send_reasoning_content
+        self.async_transport = async_transport
         self._warned: set[str] = set()
         self._init_clients()
 
     def _init_clients(self) -> None:
         self._client: Any = None
-        self._async_clients: dict[int, Any] = {}  # id(loop) -> AsyncOpenAI
+        self._async_clients: weakref.WeakKeyDictionary[Any, _LoopClient] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -101,19 +132,52 @@ class OpenAI(API):
                 self._client = openai.OpenAI(**self._sdk_kwargs())
             return self._client
 
+    def _new_async_client(self) -> Any:
+        import openai
+
+        kwargs = {k: v for k, v in self._sdk_kwargs().items() if k != "http_client"}
+        transport = self.async_transport
+        if transport == "direct":
+            from .direct_transport import DirectChatTransport
+
+            return DirectChatTransport(self.api_key, self.base_url, self.client_kwargs)
+        if transport == "auto":
+            transport = "aiohttp" if _aiohttp_available() else "httpx"
+        if transport == "aiohttp":
+            kwargs["http_client"] = openai.DefaultAioHttpClient(timeout=kwargs.get("timeout", openai.DEFAULT_TIMEOUT))
+        return openai.AsyncOpenAI(**kwargs)
+
     def async_client(self) -> Any:
-        """The ``openai.AsyncOpenAI`` client of the running event loop (its connections belong to it)."""
+        """The ``openai.AsyncOpenAI`` client of the running event loop (its connections belong to it).
+
+        Prefer ``async with api.session():`` around a batch of ``acall``s: the client is then
+        closed on the loop that owns it when the last session ends.
+        """
         loop = asyncio.get_running_loop()
         with self._lock:
-            client = self._async_clients.get(id(loop))
-            if client is None:
-                import openai
+            entry = self._async_clients.get(loop)
+            if entry is None:
+                entry = self._async_clients[loop] = _LoopClient(self._new_async_client())
+            return entry.client
 
-                for key in [k for k in self._async_clients if k != id(loop)]:
-                    del self._async_clients[key]  # clients of finished loops cannot be reused
-                client = openai.AsyncOpenAI(**self._sdk_kwargs())
-                self._async_clients[id(loop)] = client
-            return client
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[OpenAI]:
+        """Scope the running loop's client: it is closed when the last open session exits."""
+        loop = asyncio.get_running_loop()
+        self.async_client()
+        with self._lock:
+            entry = self._async_clients[loop]
+            entry.sessions += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                entry.sessions -= 1
+                closing = entry.sessions == 0 and self._async_clients.get(loop) is entry
+                if closing:
+                    del self._async_clients[loop]
+            if closing:
+                await entry.client.close()
 
     # -- requests --------------------------------------------------------------------------------------
 
@@ -150,7 +214,10 @@ class OpenAI(API):
         client = self.async_client()
         for attempt in range(1, self.retry.attempts + 1):
             try:
-                completion = await client.chat.completions.create(**body)
+                if self.async_transport == "direct":
+                    completion = await client.create(body, attempt)
+                else:
+                    completion = await client.chat.completions.create(**body)
             except Exception as exc:
                 error = self._classify(exc, attempt)
                 if not self._should_retry(error, attempt):

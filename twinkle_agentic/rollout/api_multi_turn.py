@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -133,9 +134,11 @@ class APIMultiTurnRollout(Rollout):
         body_extra = {**self.extra_body, **_check_extra_body(extra_body)}
         call_kwargs = {"extra_body": body_extra} if body_extra else {}
         api_slots = asyncio.Semaphore(self.concurrency)
-        with concurrent.futures.ThreadPoolExecutor(self.tool_workers, thread_name_prefix="api-rollout-tool") as pool:
-            run = _TrajectoryRun(self, params, call_kwargs, api_slots, pool)
-            await asyncio.gather(*(run(trajectory, spec) for trajectory, spec in zip(batch, specs, strict=True)))
+        session = getattr(self.api, "session", None)
+        async with session() if callable(session) else contextlib.nullcontext():
+            with concurrent.futures.ThreadPoolExecutor(self.tool_workers, thread_name_prefix="api-rollout-tool") as pool:
+                run = _TrajectoryRun(self, params, call_kwargs, api_slots, pool)
+                await asyncio.gather(*(run(t, spec) for t, spec in zip(batch, specs, strict=True)))
         if self.traces is not None:
             self.traces.write(batch, global_step)
         return batch
