@@ -68,6 +68,7 @@ DEFAULT_STEP_TIMEOUT_S = 300.0
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 ONGOING_REQUEST_HEADROOM = 2  # beyond the sessions: /health, /schema and CAPACITY_REACHED answers
 CLOSE_WAIT_S = 10.0  # how long a session's end waits for env.close() before freeing the slot later
+REFUSAL_LINGER_S = 5.0  # how long a refused connection waits for the client's first frame
 POLICY_VIOLATION = 1008  # WebSocket close code for a refused token
 
 
@@ -175,14 +176,12 @@ class EnvHost:
         limits = self.limits
         if self.active >= limits.max_concurrent_envs:
             active, cap = self.active, limits.max_concurrent_envs
-            await _send_quietly(websocket, error_frame(
+            await _refuse(websocket, error_frame(
                 WSErrorCode.CAPACITY_REACHED,
                 f"Server at capacity: {active}/{cap} sessions active. Cannot accept new connections.",
                 active_sessions=active,
                 max_sessions=cap,
             ))
-            with contextlib.suppress(Exception):
-                await websocket.close()
             return
         self.active += 1
         session = EnvSession(self.factory, step_timeout_s=limits.step_timeout_s)
@@ -201,7 +200,7 @@ class EnvHost:
         try:
             await session.start()
         except FactoryError as exc:
-            await _send(websocket, error_frame(WSErrorCode.FACTORY_ERROR, str(exc), factory_name=self.factory.__name__))
+            await _refuse(websocket, error_frame(WSErrorCode.FACTORY_ERROR, str(exc), factory_name=self.factory.__name__))
             return
         except SessionTimeout as exc:
             await _send(websocket, error_frame(WSErrorCode.SESSION_ERROR, str(exc)))
@@ -258,6 +257,21 @@ async def _send(websocket: Any, frame: dict[str, Any]) -> None:
 async def _send_quietly(websocket: Any, frame: dict[str, Any]) -> None:
     with contextlib.suppress(Exception):
         await _send(websocket, frame)
+
+
+async def _refuse(websocket: Any, frame: dict[str, Any]) -> None:
+    """Send a session-ending error right after accept, then close once the client has spoken.
+
+    Clients send their first frame (usually ``reset``) without waiting: closing at once races that
+    send, and a client whose send hits the closed socket never reads the error waiting for it
+    (openenv's client then raises ConnectionClosedOK instead of CAPACITY_REACHED). Lingering until
+    that first frame, at most ``REFUSAL_LINGER_S``, makes the error the answer to it.
+    """
+    await _send_quietly(websocket, frame)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(websocket.receive(), REFUSAL_LINGER_S)
+    with contextlib.suppress(Exception):
+        await websocket.close()
 
 
 def _is_disconnect(exc: BaseException) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -38,16 +37,10 @@ class FailingTool(Tool):
 
 
 class SleepTool(Tool):
-    """Sleeps ``seconds`` (a hung tool when large); counts the calls that finished."""
-
-    def __init__(self) -> None:
-        self.finished = 0
-        self._lock = threading.Lock()
+    """Sleeps ``seconds``: a hung tool when that is longer than the server's call timeout."""
 
     def __call__(self, tool_name: str, arguments: dict[str, Any]) -> str:
         time.sleep(float(arguments.get("seconds", 0)))
-        with self._lock:
-            self.finished += 1
         return "slept"
 
     def tool_info(self) -> dict[str, Any]:
@@ -102,3 +95,18 @@ class BrokenEnv(Env):
 
     def step(self, tool_name: str, arguments: dict[str, Any]) -> StepResult:
         return StepResult()
+
+
+# -- helpers for the Serve tests -----------------------------------------------------------------------
+
+
+def wait_until(predicate, timeout_s: float, interval_s: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy; TimeoutError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise TimeoutError(f"condition not met within {timeout_s}s")
+

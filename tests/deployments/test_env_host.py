@@ -126,6 +126,7 @@ def test_capacity_reached_then_closed_and_slot_freed_on_close():
                     "message": "Server at capacity: 1/1 sessions active. Cannot accept new connections.",
                     "code": "CAPACITY_REACHED", "active_sessions": 1, "max_sessions": 1,
                 }
+                second.send_text(json.dumps({"type": "reset", "data": {}}))  # closed once the client speaks
                 with pytest.raises(WebSocketDisconnect):
                     second.receive_text()
             assert client.get("/health").json()["active_sessions"] == 1
@@ -145,6 +146,7 @@ def test_factory_error_closes_the_socket():
         assert reply["data"]["code"] == "FACTORY_ERROR"
         assert reply["data"]["factory_name"] == "BrokenEnv"
         assert "OSError: sandbox unavailable" in reply["data"]["message"]
+        ws.send_text(json.dumps({"type": "reset", "data": {}}))
         with pytest.raises(WebSocketDisconnect):
             ws.receive_text()
 

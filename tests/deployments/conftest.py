@@ -1,0 +1,31 @@
+"""Fixtures for the Serve tests: Serve on 127.0.0.1 and a free port, shut down per module."""
+
+from __future__ import annotations
+
+import socket
+
+import deployment_samples
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def serve_http(ray_local):
+    """Start Serve for one test module; yields ``http://127.0.0.1:<port>``; shuts Serve down after."""
+    import cloudpickle
+    from ray import serve
+
+    # Replicas unpickle the sample tools/envs by value: the test directory is not on their sys.path.
+    cloudpickle.register_pickle_by_value(deployment_samples)
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        cloudpickle.unregister_pickle_by_value(deployment_samples)
