@@ -139,6 +139,7 @@ class WireClient:
         self.max_size = int(max_message_size_mb * 1024 * 1024)
         self.headers = dict(headers or {})
         self._ws: Any = None
+        self._replies = 0  # replies read on the current socket
 
     @property
     def connected(self) -> bool:
@@ -148,6 +149,7 @@ class WireClient:
         from websockets.exceptions import InvalidHandshake, InvalidURI
         from websockets.sync.client import connect
 
+        self._replies = 0
         try:
             self._ws = connect(self.url, open_timeout=self.connect_timeout_s, max_size=self.max_size,
                                additional_headers=self.headers or None, compression=None)
@@ -161,15 +163,22 @@ class WireClient:
 
         if self._ws is None:
             raise WireError(CONNECTION_LOST, "not connected")
+        fresh = self._replies == 0
         try:
-            self._ws.send(json.dumps(frame, ensure_ascii=False))
+            # the server may have answered and closed before our first frame (CAPACITY_REACHED is
+            # sent on accept): a frame already received is still readable after a failed send
+            with contextlib.suppress(ConnectionClosed):
+                self._ws.send(json.dumps(frame, ensure_ascii=False))
             raw = self._ws.recv(timeout=self.message_timeout_s)
         except TimeoutError as exc:
             self.drop()  # a late reply would be read as the answer to the next frame
             raise WireError(TIMEOUT, f"no reply from {self.url} within {self.message_timeout_s:g}s") from exc
         except (ConnectionClosed, OSError) as exc:
             self.drop()
-            raise WireError(CONNECTION_LOST, f"connection to {self.url} lost: {exc}") from exc
+            # closed before any reply on a new session: the server refused it, nothing was lost
+            code = CONNECTION_FAILED if fresh else CONNECTION_LOST
+            raise WireError(code, f"connection to {self.url} closed: {exc}") from exc
+        self._replies += 1
         try:
             reply = json.loads(raw)
         except ValueError as exc:
