@@ -29,6 +29,7 @@ from .entities import (
     CONTEXT_CUES,
     CONTEXT_WINDOW_CHARS,
     DEFAULT_MIN_SPAN_LENGTH,
+    MIN_CJK_SPAN_LENGTH,
     MIN_SPAN_LENGTH,
     NEGATIVE_CUES,
     NER_ENTITIES,
@@ -76,6 +77,8 @@ NOT_NAMES_EN = frozenset(
         "Markdown", "JSON", "YAML", "TOML", "HTML", "CSS", "SQL", "API", "REST", "GraphQL", "gRPC", "UUID",
         "SHA", "SHA-256", "MD5", "Base64", "Unicode", "UTF-8", "ASCII", "Regex", "Lorem Ipsum", "Hello World",
         "Thanks", "Thank", "Hi", "Hello", "Hey", "Dear", "Regards", "Cheers", "Best", "Sincerely",
+        "Gateway", "Router", "Server", "Fourier", "Bayes", "Bayesian", "Gaussian", "Euler", "Newton", "Turing",
+        "Markov", "Laplace", "Dijkstra", "Kalman", "Hessian", "Jacobian", "Boolean", "Lorem", "Ipsum",
     )
 )
 
@@ -83,7 +86,9 @@ NOT_NAMES_EN = frozenset(
 LEADING_NOT_NAME = frozenset(
     ("sure", "thanks", "thank", "hi", "hello", "hey", "dear", "yes", "no", "ok", "okay", "please", "well",
      "so", "and", "but", "sorry", "welcome", "bye", "goodbye", "congrats", "congratulations", "cheers",
-     "regards", "ask", "tell", "call", "email", "contact", "meet", "cc", "from", "to", "by", "with", "for")
+     "regards", "ask", "tell", "call", "email", "contact", "meet", "cc", "from", "to", "by", "with", "for",
+     "customer", "patient", "tenant", "client", "user", "reimburse", "ping", "grandma", "grandpa", "uncle",
+     "aunt", "mr", "mrs", "ms", "miss", "dr", "prof", "sir", "madam", "attn", "dear")
 )
 _FIRST_WORD = re.compile(r"([^\W\d_][\w'’.-]*)\s+")
 
@@ -148,6 +153,12 @@ def _triggered(entity: str, text: str) -> bool:
     return TRIGGERS[entity].search(text) is not None
 
 
+def min_length(text: str, span: Span) -> int:
+    if span.entity in MIN_CJK_SPAN_LENGTH and _CJK.match(text, span.start):
+        return MIN_CJK_SPAN_LENGTH[span.entity]
+    return MIN_SPAN_LENGTH.get(span.entity, DEFAULT_MIN_SPAN_LENGTH)
+
+
 def clean_english_ner(text: str, span: Span) -> Span | None:
     """Trim and vet an English NER PERSON/LOCATION span; None drops it.
 
@@ -208,6 +219,7 @@ class PiiAnalyzer:
         from presidio_analyzer.predefined_recognizers import SpacyRecognizer
 
         from .models import DEFAULT_SPACY_MODELS, load_chinese_ner, load_spacy
+        from .name_rules import NAME_CUE_RECOGNIZERS
         from .recognizers import pattern_recognizers
 
         cfg = self.config
@@ -242,6 +254,8 @@ class PiiAnalyzer:
             lang_recognizers = pattern_recognizers(lang, cfg.entities)
             if self.pipelines[lang].has_ner and ner_wanted:
                 lang_recognizers.append(SpacyRecognizer(supported_language=lang, supported_entities=ner_wanted))
+            if "PERSON" in ner_wanted and (self.chinese_ner is not None or any(p.has_ner for p in self.pipelines.values())):
+                lang_recognizers.extend(cls(supported_language=lang) for cls in NAME_CUE_RECOGNIZERS)
             recognizers.extend(lang_recognizers)
             supported = {e for r in lang_recognizers for e in r.supported_entities}
             self.presidio_entities[lang] = tuple(e for e in cfg.entities if e in supported)
@@ -376,11 +390,7 @@ class PiiAnalyzer:
 
     def _resolve(self, text: str, spans: list[Span]) -> tuple[Span, ...]:
         threshold = self.config.score_threshold
-        kept = [
-            s
-            for s in spans
-            if s.score >= threshold and s.end - s.start >= MIN_SPAN_LENGTH.get(s.entity, DEFAULT_MIN_SPAN_LENGTH)
-        ]
+        kept = [s for s in spans if s.score >= threshold and s.end - s.start >= min_length(text, s)]
         ids = [s for s in kept if s.entity == "CN_ID"]
         if ids:
             kept = [

@@ -45,6 +45,8 @@ LAC_LABELS: dict[str, str] = {"PER": "PERSON", "LOC": "LOCATION", "ORG": "ORGANI
 
 MIN_SPAN_LENGTH: dict[str, int] = {"EMAIL_ADDRESS": 5, "PERSON": 2}
 DEFAULT_MIN_SPAN_LENGTH = 3
+# Chinese places are often two characters (北京, 上海), like two-character names.
+MIN_CJK_SPAN_LENGTH: dict[str, int] = {"LOCATION": 2}
 
 # Values normalised to their digits (plus a trailing X for CN_ID) before seeding and marking.
 DIGIT_ENTITIES: frozenset[str] = frozenset(
@@ -68,7 +70,9 @@ SCORES: dict[str, float] = {
     "CN_ADDRESS": 0.9,
     "STREET_ADDRESS": 0.9,
     "EMAIL_ADDRESS": 1.0,
-    "PHONE_FORMATTED": 0.6,  # a phonenumbers match written with '+' or grouping separators
+    "PHONE_FORMATTED": 0.6,
+    "IP_ADDRESS": 0.6,
+    "NAME_CUE": 0.75,  # a name right after a cue ("Dear ...", "收件人：...")  # a phonenumbers match written with '+' or grouping separators
     "NER": 0.85,
     "ZH_PERSON_SURNAME": 0.85,  # LAC person whose first character is a known surname
     "ZH_PERSON_OTHER": 0.55,
@@ -85,7 +89,7 @@ CONTEXT_CUES: dict[str, tuple[str, ...]] = {
     "CN_LANDLINE": ("phone", "tel", "fax", "电话", "座机", "传真", "总机", "热线", "联系"),
     "CN_ID": ("身份证", "证件", "id card", "identity", "公民身份"),
     "CN_BANK": ("卡号", "银行卡", "储蓄卡", "借记卡", "信用卡", "账号", "帐号", "账户", "帐户", "收款", "转账",
-                "card", "account", "acct"),
+                "card", "account", "acct", "visa", "mastercard", "amex"),
     "CREDIT_CARD": ("card", "visa", "mastercard", "amex", "卡号", "信用卡"),
     "US_SSN": ("ssn", "social security", "社会安全号"),
     "IBAN_CODE": ("iban", "bank", "account", "transfer"),

@@ -23,15 +23,15 @@ from .entities import CARD_ENTITIES, DIGIT_ENTITIES, PHONE_ENTITIES
 LOCALES = ("en_US", "zh_CN")
 EMAIL_DOMAINS = ("example.com", "example.net", "example.org")
 STREET_WORDS = ("Street", "Avenue", "Road", "Lane", "Drive", "Way", "Court", "Place", "Boulevard", "Terrace")
-ZH_PLACE_CHARS = "东西南北中新安宁平阳山江河湖川州城海泉林石金宝龙凤华兴永长乐庆丰德昌明清源溪桥岭峰云台远广信"
-ZH_PLACE_SUFFIXES = ("市", "县")
 ZH_ROAD_SUFFIXES = ("路", "街", "大道")
 _STREET_UNIT = re.compile(r"\b(?:Apt|Apartment|Suite|Ste|Unit|Floor|Fl|Room|Rm)\b|#", re.IGNORECASE)
 _CN_UNIT = re.compile(r"号.*(?:栋|幢|座|单元|层|楼|室|户)")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _CN_AREA = re.compile(r"\s*\(?(0\d{2,3})(?:\)|[ -])")
-# Rejection sampling for text marks: expected TEXT_MARK_MODULUS draws; give up far beyond that.
-_MAX_TEXT_DRAWS = 64 * marks.TEXT_MARK_MODULUS
+# Redraws of the free tokens when no candidate completes the mark (expected: a few dozen at most).
+_MAX_TEXT_TRIES = 20000
+_SLOT = "\x00"
+_HOUSE_NUMBERS = tuple(str(i) for i in range(1, 10000))
 
 _fakers: dict[str, object] = {}
 _faker_lock = threading.Lock()
@@ -145,15 +145,13 @@ class FakeMaker:
         if entity == "IP_ADDRESS":
             return self._ip(rnd, original)
         if entity == "PERSON":
-            return self._marked(lambda: self._person(rnd, locale))
+            return self._person(rnd, locale)
         if entity == "LOCATION":
-            return self._marked(lambda: self._place(rnd, locale))
+            return self._place(rnd, locale)
         if entity == "STREET_ADDRESS":
-            unit = bool(_STREET_UNIT.search(original))
-            return self._marked(lambda: self._street(rnd, unit))
+            return self._street(rnd, bool(_STREET_UNIT.search(original)))
         if entity == "CN_ADDRESS":
-            unit = bool(_CN_UNIT.search(original))
-            return self._marked(lambda: self._cn_address(rnd, unit))
+            return self._cn_address(rnd, bool(_CN_UNIT.search(original)))
         return marks.apply_char_mark(self.salt, self._format_preserving(rnd, original))
 
     # -- numbers ---------------------------------------------------------------------------------
@@ -215,66 +213,86 @@ class FakeMaker:
         return str(net.network_address + rnd.randint(1, 254))
 
     # -- text ------------------------------------------------------------------------------------
-    def _marked(self, draw) -> str:
-        value = draw()
-        for _ in range(_MAX_TEXT_DRAWS):
-            if marks.has_text_mark(self.salt, value):
-                return value
-            value = draw()
-        return value
+    # Each generator fixes all tokens but one and picks that one from the candidates that complete
+    # the keyed text mark (marks.solve_token); a miss redraws the free tokens.
+    def _solved(self, rnd, parts: list[str], position: int, candidates: tuple[str, ...], join: str) -> str | None:
+        """``parts`` completed at ``position`` by a candidate that makes the value marked, or None."""
+        probe = list(parts)
+        probe[position] = _SLOT
+        tokens = marks.text_tokens(join.join(p for p in probe if p))
+        probe[position] = candidates[0]
+        modulus = marks.text_modulus(join.join(p for p in probe if p))
+        options = marks.solve_token(self.salt, tokens, tokens.index(_SLOT), candidates, modulus)
+        if not options:
+            return None
+        probe[position] = rnd.choice(options)
+        value = join.join(p for p in probe if p)
+        return value if marks.has_text_mark(self.salt, value) else None
 
     @staticmethod
-    @lru_cache(maxsize=4)
-    def _name_lists(locale: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-        person = faker_for(locale).provider("faker.providers.person")
-        firsts = tuple(person.first_names)
-        lasts = tuple(person.last_names)
-        chars = tuple(sorted(set("".join(firsts)))) if locale == "zh_CN" else ()
-        return firsts, lasts, chars
+    def _draw_marked(rnd, attempt_fn) -> str:
+        for _ in range(_MAX_TEXT_TRIES):
+            value = attempt_fn()
+            if value is not None:
+                return value
+        raise RuntimeError("could not draw a marked replacement; the candidate lists are too small")
 
     def _person(self, rnd, locale: str) -> str:
-        firsts, lasts, chars = self._name_lists(locale)
+        names = marks.name_lists()
         if locale == "zh_CN":
-            given = rnd.choice(firsts) if rnd.random() < 0.3 else rnd.choice(chars) + rnd.choice(chars)
-            return rnd.choice(lasts) + given
-        return f"{rnd.choice(firsts)} {rnd.choice(lasts)}"
+            chars = names.zh_given_chars
+            return self._draw_marked(
+                rnd, lambda: self._solved(rnd, [rnd.choice(names.zh_surnames), rnd.choice(chars), ""], 2, chars, "")
+            )
+        return self._draw_marked(
+            rnd, lambda: self._solved(rnd, [rnd.choice(names.en_first), ""], 1, names.en_last, " ")
+        )
+
+    @staticmethod
+    @lru_cache(maxsize=64)
+    def _place_words(suffix: str) -> tuple[str, ...]:
+        return tuple(sorted(w + suffix for w in marks.en_name_words()))
 
     def _place(self, rnd, locale: str) -> str:
         if locale == "zh_CN":
-            size = 2 if rnd.random() < 0.2 else 3
-            return "".join(rnd.choice(ZH_PLACE_CHARS) for _ in range(size)) + rnd.choice(ZH_PLACE_SUFFIXES)
-        address = faker_for("en_US").provider("faker.providers.address")
-        firsts, lasts, _ = self._name_lists("en_US")
-        form = rnd.randrange(4)
-        if form == 0:
-            return f"{rnd.choice(address.city_prefixes)} {rnd.choice(firsts)}{rnd.choice(address.city_suffixes)}"
-        if form == 1:
-            return f"{rnd.choice(address.city_prefixes)} {rnd.choice(firsts)}"
-        if form == 2:
-            return f"{rnd.choice(firsts)}{rnd.choice(address.city_suffixes)}"
-        return f"{rnd.choice(lasts)}{rnd.choice(address.city_suffixes)}"
+            chars = tuple(marks.ZH_PLACE_CHARS)
+            return self._draw_marked(
+                rnd,
+                lambda: self._solved(
+                    rnd, [rnd.choice(chars), rnd.choice(chars), "", rnd.choice(marks.ZH_PLACE_SUFFIXES)], 2, chars, ""
+                ),
+            )
+
+        def attempt():
+            suffix = rnd.choice(marks.EN_PLACE_SUFFIXES) if rnd.random() < 0.7 else ""
+            return self._solved(rnd, [rnd.choice(marks.EN_PLACE_PREFIXES), ""], 1, self._place_words(suffix), " ")
+
+        return self._draw_marked(rnd, attempt)
 
     def _street(self, rnd, unit: bool) -> str:
-        firsts, lasts, _ = self._name_lists("en_US")
-        street = f"{rnd.randint(1, 9999)} {rnd.choice(lasts + firsts)} {rnd.choice(STREET_WORDS)}"
-        return f"{street} Apt {rnd.randint(1, 999)}" if unit else street
+        names = marks.name_lists()
+        words = names.en_last + names.en_first
+
+        def attempt():
+            tail = ["Apt", str(rnd.randint(1, 999))] if unit else []
+            parts = ["", rnd.choice(words), rnd.choice(STREET_WORDS), *tail]
+            return self._solved(rnd, parts, 0, _HOUSE_NUMBERS, " ")
+
+        return self._draw_marked(rnd, attempt)
 
     def _cn_address(self, rnd, unit: bool) -> str:
         address = faker_for("zh_CN").provider("faker.providers.address")
-        _, lasts, _ = self._name_lists("zh_CN")
-        text = (
-            rnd.choice(address.provinces)
-            + rnd.choice(address.cities)
-            + "市"
-            + rnd.choice(address.districts)
-            + "区"
-            + rnd.choice(lasts + address.cities)
-            + rnd.choice(ZH_ROAD_SUFFIXES)
-            + f"{rnd.randint(1, 999)}号"
-        )
-        if unit:
-            text += f"{rnd.randint(1, 30)}栋{rnd.randint(1, 6)}单元{rnd.randint(1, 30)}{rnd.randint(1, 4):02d}室"
-        return text
+        roads = marks.name_lists().zh_surnames + tuple(address.cities)
+
+        def attempt():
+            head = (rnd.choice(address.provinces) + rnd.choice(address.cities) + "市" + rnd.choice(address.districts)
+                    + "区" + rnd.choice(roads) + rnd.choice(ZH_ROAD_SUFFIXES))
+            tail = "号"
+            if unit:
+                tail += f"{rnd.randint(1, 30)}栋{rnd.randint(1, 6)}单元{rnd.randint(1, 30)}{rnd.randint(1, 4):02d}室"
+            return self._solved(rnd, [head, "", tail], 1, _HOUSE_NUMBERS[:999], "")
+
+        return self._draw_marked(rnd, attempt)
 
     @staticmethod
     def _format_preserving(rnd, original: str) -> str:
@@ -285,7 +303,7 @@ class FakeMaker:
             elif ch.isascii() and ch.isalpha():
                 out.append(rnd.choice(string.ascii_uppercase if ch.isupper() else string.ascii_lowercase))
             elif _CJK.match(ch):
-                out.append(rnd.choice(ZH_PLACE_CHARS))
+                out.append(rnd.choice(marks.ZH_PLACE_CHARS))
             else:
                 out.append(ch)
         return "".join(out)

@@ -8,6 +8,7 @@ This module imports Presidio: import it only where the optional stack is wanted.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 
@@ -15,7 +16,6 @@ from presidio_analyzer import LocalRecognizer, RecognizerResult
 from presidio_analyzer.predefined_recognizers import (
     CreditCardRecognizer,
     IbanRecognizer,
-    IpRecognizer,
     PhoneRecognizer,
     UrlRecognizer,
     UsSsnRecognizer,
@@ -35,7 +35,8 @@ CN_LANDLINE_PATTERN = (
     _NOT_ALNUM_BEFORE + r"(?:\(0[1-9]\d{1,2}\)|0[1-9]\d{1,2})[ -]?[1-9]\d{2,3}[ -]?\d{4}" + _NOT_ALNUM_AFTER
 )
 CN_BANK_PATTERN = (
-    r"(?<![0-9A-Za-z.])(?:\d{13,19}|\d{4}([ -])\d{4}(?:\1\d{4}){1,2}(?:\1\d{1,3})?)(?![0-9A-Za-z]|\.\d)"
+    r"(?<![0-9A-Za-z.])(?:\d{13,19}|\d{4}([ -])\d{4}(?:\1\d{4}){1,2}(?:\1\d{1,3})?|\d{4}([ -])\d{6}\2\d{4,5})"
+    r"(?![0-9A-Za-z]|\.\d)"
 )
 
 _CJK = "\u4e00-\u9fff"
@@ -46,8 +47,8 @@ CN_UNIT_SUFFIXES = ("号楼", "号院", "栋", "幢", "座", "单元", "层", "�
 _CN_NUMBER = r"[0-9０-９一二三四五六七八九十百零〇]+"
 _CN_PLACE_TOKEN = "(?:" + "|".join(CN_ADMIN_SUFFIXES + CN_ROAD_SUFFIXES) + ")"
 CN_ADDRESS_PATTERN = (
-    rf"(?:[{_CJK}]{{1,7}}?{_CN_PLACE_TOKEN}){{2,}}\s*{_CN_NUMBER}(?:[-－]{_CN_NUMBER})?号"
-    rf"(?:\s*[0-9０-９A-Za-z一二三四五六七八九十]+(?:{'|'.join(CN_UNIT_SUFFIXES)}))*"
+    rf"(?:[{_CJK}]{{1,7}}?{_CN_PLACE_TOKEN}){{2,}}(?:{_CN_NUMBER}段)?\s*{_CN_NUMBER}(?:[-－]{_CN_NUMBER})?号"
+    rf"(?:\s*(?:[A-Za-z{_CJK}]{{1,12}}?)?[0-9０-９A-Za-z一二三四五六七八九十]+(?:{'|'.join(CN_UNIT_SUFFIXES)}))*"
 )
 # Words and characters that end a sentence's lead-in before an address ("我住在", "寄到", "地址：").
 CN_ADDRESS_LEAD_CUES = re.compile(
@@ -55,15 +56,17 @@ CN_ADDRESS_LEAD_CUES = re.compile(
 )
 
 STREET_SUFFIXES = (
-    "Street", "St", "Avenue", "Ave", "Road", "Rd", "Boulevard", "Blvd", "Lane", "Ln", "Drive", "Dr",
-    "Way", "Court", "Ct", "Place", "Pl", "Terrace", "Ter", "Parkway", "Pkwy", "Circle", "Cir",
-    "Highway", "Hwy", "Square", "Sq", "Trail", "Trl", "Alley", "Plaza", "Crescent", "Close", "Loop",
+    "Street", "Avenue", "Road", "Boulevard", "Lane", "Drive", "Way", "Court", "Place", "Terrace", "Parkway",
+    "Circle", "Highway", "Square", "Trail", "Alley", "Plaza", "Crescent", "Close", "Loop",
 )
+# Abbreviations take a following dot unless it ends the sentence ("at 9 Elm St. Then ...").
+STREET_ABBREVIATIONS = ("St", "Ave", "Rd", "Blvd", "Ln", "Dr", "Ct", "Pl", "Ter", "Pkwy", "Cir", "Hwy", "Sq", "Trl")
 STREET_UNITS = ("Apt", "Apartment", "Suite", "Ste", "Unit", "Floor", "Fl", "Room", "Rm", "#")
 _STREET_WORD = r"(?:[A-Z][a-zA-Z'’-]*\.?|\d{1,3}(?:st|nd|rd|th))"
 STREET_ADDRESS_PATTERN = (
     r"\b\d{1,6}[A-Za-z]?\s+(?:(?:N|S|E|W|North|South|East|West)\.?\s+)?"
-    rf"(?:{_STREET_WORD}\s+){{1,4}}?(?:{'|'.join(STREET_SUFFIXES)})\b\.?"
+    rf"(?:{_STREET_WORD}\s+){{1,4}}?(?:(?:{'|'.join(STREET_SUFFIXES)})\b"
+    rf"|(?:{'|'.join(STREET_ABBREVIATIONS)})\b(?:\.(?!\s*$|\s+[A-Z]))?)"
     r"(?:\s+(?:N|S|E|W|NE|NW|SE|SW)\b\.?)?"
     rf"(?:,?\s+(?:{'|'.join(u for u in STREET_UNITS if u != '#')})\b\.?\s*#?\s*[A-Za-z0-9-]+|,?\s+#\s*[A-Za-z0-9-]+)?"
 )
@@ -233,16 +236,49 @@ class OfflineEmailRecognizer(RuleRecognizer):
 
 
 class FormattedPhoneRecognizer(PhoneRecognizer):
-    """Presidio's phonenumbers-based recognizer; a number written with '+' or grouping separators
-    ("(212) 555-0199", "+44 20 7946 0958") scores above the default threshold without a cue word."""
+    """Presidio's phonenumbers-based recognizer, tuned for chat text.
 
-    _FORMATTED = re.compile(r"^\+|[()\s.-]")
+    A number written the way people write phone numbers ("+44 20 7946 0958", "(212) 555-0199",
+    "212.555.0199") scores above the default threshold without a cue word; a bare digit run or a
+    single separator ("2023-000481", "2.718281828") keeps Presidio's 0.4 and needs a cue. The US
+    SSN layout 3-2-4 is never a phone. "number" is dropped from the context words: it made
+    "social security number" a phone cue."""
+
+    CONTEXT = ["phone", "telephone", "tel", "cell", "cellphone", "mobile", "call", "fax"]
+    _FORMATTED = re.compile(r"^(?:\+|\(\d{2,4}\)\s?\d{3,4}[\s.-]?\d{3,4}$|\d{2,4}([\s.-])\d{3,4}\1\d{3,4}$)")
+    _SSN_LAYOUT = re.compile(r"^\d{3}[- ]\d{2}[- ]\d{4}$")
+
+    def analyze(self, text, entities, nlp_artifacts=None):
+        results = super().analyze(text, entities, nlp_artifacts)
+        return [r for r in results if not self._SSN_LAYOUT.match(text[r.start : r.end])]
 
     def _get_recognizer_result(self, match, text, region, nlp_artifacts):
         result = super()._get_recognizer_result(match, text, region, nlp_artifacts)
-        if self._FORMATTED.search(text[match.start : match.end]):
+        if self._FORMATTED.match(text[match.start : match.end]):
             result.score = max(result.score, SCORES["PHONE_FORMATTED"])
         return result
+
+
+class OfflineIpRecognizer(RuleRecognizer):
+    """IPv4/IPv6 validated by ``ipaddress``. Presidio's regex needs word boundaries, which CJK text
+    glued to an address ("服务器10.0.0.1的") does not have; here only ASCII alphanumerics and dots
+    may not touch the address."""
+
+    ENTITY = "IP_ADDRESS"
+    PATTERN = (
+        r"(?<![0-9A-Za-z.:])(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}"
+        r"(?:(?<=:)(?:\d{1,3}\.){3}\d{1,3})?)(?![0-9A-Za-z:]|\.\d)"
+    )
+
+    def score(self, text: str, match: re.Match) -> float | None:
+        value = match.group()
+        if len(value) < 3 or value.strip(":") == "":
+            return None
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            return None
+        return SCORES["IP_ADDRESS"]
 
 
 RULE_RECOGNIZERS: dict[str, type[RuleRecognizer]] = {
@@ -253,12 +289,12 @@ RULE_RECOGNIZERS: dict[str, type[RuleRecognizer]] = {
     "CN_ADDRESS": CnAddressRecognizer,
     "STREET_ADDRESS": StreetAddressRecognizer,
     "EMAIL_ADDRESS": OfflineEmailRecognizer,
+    "IP_ADDRESS": OfflineIpRecognizer,
 }
 PRESIDIO_RECOGNIZERS = {
     "PHONE_NUMBER": FormattedPhoneRecognizer,
     "CREDIT_CARD": CreditCardRecognizer,
     "IBAN_CODE": IbanRecognizer,
-    "IP_ADDRESS": IpRecognizer,
     "US_SSN": UsSsnRecognizer,
     "URL": UrlRecognizer,
 }

@@ -15,8 +15,8 @@ from .fakes import FakeMaker, normalise, render
 
 MAX_REDRAWS = 10
 _CJK = re.compile(r"[\u4e00-\u9fff]")
-_WORD_BEFORE = re.compile(r"([A-Za-z][\w'.-]*)\s+$")
-_WORD_AFTER = re.compile(r"^\s+([A-Za-z][\w'-]*)")
+_WORD_BEFORE = re.compile(r"([A-Z][\w'.-]*)\s+$")
+_WORD_AFTER = re.compile(r"^\s+([A-Z][\w'-]*)")
 
 
 def text_variants(entity: str, text: str, start: int, end: int) -> list[str]:
