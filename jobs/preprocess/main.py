@@ -31,9 +31,19 @@ def dry_run(cfg) -> None:
         print(f"#   {i}. {stage.describe(names)}")
 
 
+def _log_to_stderr() -> None:
+    """Our INFO lines on stderr; other libraries' loggers (Ray Data logs DEBUG) are left alone."""
+    logger = logging.getLogger("jobs.preprocess")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    _log_to_stderr()
     start = time.perf_counter()
     output = getattr(args, "output", "?")
     try:

@@ -131,6 +131,8 @@ class PreprocessDatasink(Datasink):
         result = SinkResult()
         parquet_writer = None
         for block in blocks:
+            if block.num_rows == 0:  # Ray may hand over empty blocks without columns
+                continue
             columns = {c: block.column(c).to_pylist() for c in (SRC, LINE, KIND, STEP, REASON, ROW)}
             kept_src, kept_line, kept_rows, ledger = [], [], [], []
             for src, line, kind, step, reason, row in zip(*columns.values(), strict=True):

@@ -84,6 +84,8 @@ class StageAdapter:
         import pyarrow as pa
 
         with_key = self.dedup is not None
+        if table.num_rows == 0:  # Ray may hand over empty blocks without columns
+            return frame_schema(with_key).empty_table()
         out = FrameBuilder(with_key)
         records: list[dict] = []
         if self.parse:
@@ -196,6 +198,8 @@ def mark_duplicates(table: Any, step: str, position: int) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if table.num_rows == 0:
+        return frame_schema().empty_table()
     start = time.perf_counter()
     kinds = table.column(KIND).to_numpy()
     live_index = np.flatnonzero(kinds == LIVE)

@@ -1,0 +1,55 @@
+"""Steps used by the job tests (workers import this module by name: tests/jobs is on their path)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from twinkle_agentic.preprocessor.base import Filter, Mapper
+
+
+class ShoutMapper(Mapper):
+    """Upper-cases user text: a mapper, so the job must write rewritten rows."""
+
+    def map_row(self, row: dict) -> dict:
+        messages = [
+            {**m, "content": m["content"].upper()}
+            if m.get("role") == "user" and isinstance(m.get("content"), str)
+            else m
+            for m in row.get("messages") or []
+        ]
+        return {**row, "messages": messages}
+
+
+class ModelStep(Filter):
+    """Pretends to hold a model: loads it in ``warmup`` (eagerly) or on first use (lazily), and
+    leaves a marker file per load so tests can count loads per process."""
+
+    needs_actor = True
+
+    def __init__(self, marker_dir: str, drop_if_contains: str = "SQL"):
+        self.marker_dir = marker_dir
+        self.drop_if_contains = drop_if_contains
+        self.loaded_in: int | None = None
+
+    def _load(self, how: str) -> None:
+        self.loaded_in = os.getpid()
+        Path(self.marker_dir, f"{how}-{os.getpid()}").write_text("loaded")
+
+    def warmup(self) -> None:
+        self._load("warmup")
+
+    def reason(self, row: dict) -> str | None:
+        if self.loaded_in != os.getpid():
+            self._load("lazy")
+        text = " ".join(str(m.get("content")) for m in row.get("messages") or [])
+        return "mentions_sql" if self.drop_if_contains in text else None
+
+
+class LosesKeys:
+    """Breaks the step contract: returns rows without their other keys."""
+
+    name = "LosesKeys"
+
+    def __call__(self, rows):
+        return [{"messages": r.get("messages")} for r in rows], []

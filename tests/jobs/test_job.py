@@ -1,0 +1,175 @@
+"""The preprocess job on a real local Ray cluster: same result as one process, for any blocking."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow.parquet as pq
+import pytest
+from job_data import read_outputs, reference_outputs
+
+from jobs.preprocess import main
+from jobs.preprocess.config import PreprocessConfig
+from jobs.preprocess.inprocess import run_in_process
+from jobs.preprocess.job import plan, prepare_output, run
+from jobs.preprocess.sources import expand_inputs, iter_records, parse_record
+from jobs.preprocess.steps import ConfigError, StepSpec
+
+pytestmark = pytest.mark.integration
+
+
+def input_ids(inputs: list[str]) -> dict[tuple[str, int], int]:
+    """(source, line) -> row id, straight from the input files."""
+    ids = {}
+    for source in expand_inputs(inputs):
+        for line, raw in iter_records(source):
+            row, _, _ = parse_record(raw)
+            if row is not None:
+                ids[(source.uri, line)] = row["id"]
+    return ids
+
+
+def check_run_against_reference(cfg: PreprocessConfig, summary) -> dict:
+    out = read_outputs(__import__("pathlib").Path(cfg.output))
+    _, steps, _, _ = plan(cfg)
+    reference = reference_outputs(run_in_process(cfg.inputs, steps))
+    assert out["kept"] == reference["kept"]
+    assert out["dropped"] == reference["dropped"]
+    stats = out["stats"]
+    assert stats["kept"] + stats["dropped"] == stats["rows_read"] == summary.rows_read
+    assert stats["kept"] == len(out["kept_lines"]) and stats["dropped"] == len(out["ledger"])
+    for step in stats["steps"]:
+        assert step["before"] == step["after"] + step["dropped"]
+        assert step["dropped"] == sum(step["reasons"].values())
+    # every ledger entry points at the input line the row came from
+    ids = input_ids(cfg.inputs)
+    for entry in out["ledger"]:
+        if isinstance(entry["row"], dict):
+            assert ids[(entry["source"], entry["line"])] == entry["row"]["id"]
+    return out
+
+
+def test_cli_runs_refuses_to_overwrite_and_reports_config_errors(ray_local, chat_inputs, tmp_path, capsys):
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("steps:\n  - DedupFilter\n  - HardFilter: {min_user_chars: 10}\nbatch_size: 300\n")
+    out = tmp_path / "out"
+    argv = ["--config", str(config), "--input", str(chat_inputs), "--output", str(out), "--no-progress"]
+    assert main(argv) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    stats = json.loads((out / "stats.json").read_text())
+    assert line.startswith(f"preprocess: read {stats['rows_read']:,} rows -> kept {stats['kept']:,}")
+    assert line.endswith(f"output: {out}") and "rows/s" in line
+    assert stats["config"]["batch_size"] == 300
+
+    assert main(argv) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+    config.write_text("steps:\n  - NoSuchFilter\n")
+    assert main(["--config", str(config), "--input", str(chat_inputs), "--output", str(tmp_path / "o2")]) == 2
+    assert "unknown step 'NoSuchFilter'" in capsys.readouterr().err
+    assert main(["--input", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "o3")]) == 2
+
+
+PIPELINES = {
+    "dedup-first": [StepSpec("DedupFilter"), StepSpec("HardFilter"), StepSpec("job_steps:ShoutMapper")],
+    "dedup-last": [StepSpec("HardFilter"), StepSpec("job_steps:ShoutMapper"), StepSpec("DedupFilter")],
+    "two-dedups-and-actor": [
+        StepSpec("DedupFilter", {"prefix_chars": 20, "asst_chars": 20}),
+        StepSpec("job_steps:ModelStep", {"marker_dir": "MARKERS"}, actors=2),
+        StepSpec("DedupFilter"),
+        StepSpec("HardFilter", {"min_user_chars": 12}),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "pipeline, batch_size, partitions, output_format",
+    [
+        ("dedup-first", 64, 1, "jsonl"),
+        ("dedup-last", 256, 3, "parquet"),
+        ("two-dedups-and-actor", 1000, 7, "jsonl"),
+    ],
+)
+def test_job_equals_one_process_run(
+    ray_local, chat_inputs, parquet_input, tmp_path, pipeline, batch_size, partitions, output_format
+):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    steps = [
+        StepSpec(s.name, {k: (str(markers) if v == "MARKERS" else v) for k, v in s.kwargs.items()}, s.actors)
+        for s in PIPELINES[pipeline]
+    ]
+    cfg = PreprocessConfig(
+        inputs=[str(chat_inputs / "*.jsonl*"), str(parquet_input)],
+        output=str(tmp_path / "out"),
+        steps=steps,
+        batch_size=batch_size,
+        dedup_partitions=partitions,
+        output_format=output_format,
+        progress=False,
+    )
+    summary = run(cfg)
+    out = check_run_against_reference(cfg, summary)
+    reasons = {(e["step"], e["reason"]) for e in out["ledger"]}
+    assert {("read", "malformed_json"), ("read", "invalid_row")} <= reasons
+    assert any(step.startswith("DedupFilter") and reason == "duplicate" for step, reason in reasons)
+    assert all("__twinkle_row_id__" not in line for line in out["kept_lines"])
+    assert any(json.loads(line)["id"] >= 100_000 for line in out["kept_lines"])  # Parquet rows made it
+    if output_format == "parquet":
+        table = pq.read_table(tmp_path / "out" / "kept")
+        assert table.column_names == ["source", "line", "row"]
+        ids = input_ids(cfg.inputs)
+        for source, line, row in zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True):
+            assert ids[(source, line)] == json.loads(row)["id"]
+    if pipeline == "two-dedups-and-actor":
+        assert ("ModelStep", "mentions_sql") in reasons
+        # the model loaded eagerly once per actor (pool of 2), never lazily inside the job
+        job_loads = [p.name for p in markers.iterdir() if not p.name.endswith(f"-{os.getpid()}")]
+        assert 1 <= len(job_loads) <= 2 and all(n.startswith("warmup-") for n in job_loads)
+        assert [s["step"] for s in out["stats"]["steps"]] == [
+            "read",
+            "DedupFilter",
+            "ModelStep",
+            "DedupFilter#2",
+            "HardFilter",
+        ]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| read |" in report and "drop_reasons.png" in report
+    assert (tmp_path / "out" / "drop_reasons.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_overwrite_removes_only_the_previous_run(tmp_path):
+    out = tmp_path / "out"
+    (out / "kept").mkdir(parents=True)
+    (out / "kept" / "part-old.jsonl").write_text("{}\n")
+    (out / "stats.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="--overwrite"):
+        prepare_output(str(out), overwrite=False)
+    prepare_output(str(out), overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_dry_run_prints_plan_without_ray(chat_inputs, tmp_path, capsys):
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("steps:\n  - HardFilter\n  - DedupFilter\n")
+    assert (
+        main(
+            [
+                "--config",
+                str(config),
+                "--input",
+                str(chat_inputs),
+                "--output",
+                str(tmp_path / "o"),
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "3 input file(s)" in printed
+    assert "1. map_batches: parse -> HardFilter + dedup keys" in printed
+    assert "2. dedup shuffle: DedupFilter" in printed
+    assert not (tmp_path / "o").exists()

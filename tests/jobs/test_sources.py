@@ -1,0 +1,117 @@
+"""Input expansion, line reading and record parsing (no Ray)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.preprocess.sources import (
+    INVALID_ROW,
+    MALFORMED_JSON,
+    InputError,
+    expand_inputs,
+    iter_lines,
+    iter_records,
+    parse_record,
+)
+
+
+def test_lines_keep_numbers_skip_blanks_and_strip_crlf_and_bom(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"a": 1}\r\n\r\n   \n{"b": 2}\n{"c": 3}')
+    assert list(iter_lines(str(path))) == [(1, b'{"a": 1}'), (4, b'{"b": 2}'), (5, b'{"c": 3}')]
+
+
+def test_gzip_is_detected_from_the_name(tmp_path):
+    path = tmp_path / "a.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"a": 1}\n\n{"b": 2}\n'))
+    assert list(iter_lines(str(path))) == [(1, b'{"a": 1}'), (3, b'{"b": 2}')]
+
+
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        (b"{not json", MALFORMED_JSON),
+        (b'{"a": [1, 2', MALFORMED_JSON),
+        (b"\xff\xfe{}", MALFORMED_JSON),
+        (b"[1, 2]", INVALID_ROW),
+        (b'"text"', INVALID_ROW),
+        (b"null", INVALID_ROW),
+        (b"[" * 100000, MALFORMED_JSON),
+    ],
+)
+def test_bad_records_become_reasons(raw, reason):
+    row, why, value = parse_record(raw)
+    assert row is None and why == reason
+    if reason == MALFORMED_JSON:
+        assert isinstance(value, str) and value  # the raw text goes to the ledger
+
+
+def test_good_record_parses_unicode():
+    row, why, _ = parse_record('{"messages": [{"role": "user", "content": "你好"}]}'.encode())
+    assert why is None and row["messages"][0]["content"] == "你好"
+
+
+def test_expand_files_dirs_globs_and_uris_in_order(tmp_path):
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    for name in [
+        "d/b.jsonl",
+        "d/a.jsonl",
+        "d/sub/c.jsonl.gz",
+        "d/_SUCCESS",
+        "d/.hidden.jsonl",
+        "d/notes.txt",
+        "x.jsonl",
+    ]:
+        (tmp_path / name).write_bytes(b"")
+    sources = expand_inputs([str(tmp_path / "x.jsonl"), str(tmp_path / "d")])
+    assert [s.uri.removeprefix(str(tmp_path)) for s in sources] == [
+        "/x.jsonl",
+        "/d/a.jsonl",
+        "/d/b.jsonl",
+        "/d/sub/c.jsonl.gz",
+    ]
+    assert [s.index for s in sources] == [0, 1, 2, 3]
+    # a glob: * stays in one directory, ** descends; a file named twice is read once
+    sources = expand_inputs([str(tmp_path / "d" / "*.jsonl"), str(tmp_path / "d" / "a.jsonl")])
+    assert [s.uri.rsplit("/", 1)[1] for s in sources] == ["a.jsonl", "b.jsonl"]
+    sources = expand_inputs([str(tmp_path / "d" / "**" / "*.jsonl*")])
+    assert [s.uri.rsplit("/", 1)[1] for s in sources] == ["a.jsonl", "b.jsonl", "c.jsonl.gz"]
+    sources = expand_inputs(["file://" + str(tmp_path / "x.jsonl")])
+    assert sources[0].uri == str(tmp_path / "x.jsonl") and sources[0].format == "jsonl"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("missing.jsonl", "does not exist"),
+        ("*.nothing", "matches no file"),
+        ("notes.txt", "cannot tell the format"),
+        ("empty_dir", "holds no"),
+    ],
+)
+def test_input_errors_name_the_problem(tmp_path, spec, message):
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(InputError, match=message):
+        expand_inputs([str(tmp_path / spec)])
+
+
+def test_parquet_rows_become_json_records(tmp_path):
+    rows = [
+        {"id": 1, "messages": [{"role": "user", "content": "hi there"}], "blob": b"\x00\x01"},
+        {"id": 2, "messages": [{"role": "user", "content": "你好"}], "blob": None},
+    ]
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    (source,) = expand_inputs([str(path)])
+    assert source.format == "parquet"
+    records = list(iter_records(source))
+    assert [n for n, _ in records] == [1, 2]
+    first = json.loads(records[0][1])
+    assert first["messages"] == rows[0]["messages"] and first["blob"] == "AAE="
+    assert json.loads(records[1][1])["messages"][0]["content"] == "你好"

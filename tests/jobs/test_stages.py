@@ -1,0 +1,164 @@
+"""Stage functions and the stage plan, on Arrow tables without Ray."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pyarrow as pa
+import pytest
+from job_data import chat_rows
+from job_steps import LosesKeys, ModelStep, ShoutMapper
+
+from jobs.preprocess.frame import DKEY, DROPPED, KIND, LIVE, STATS, read_schema
+from jobs.preprocess.stages import StageAdapter, mark_duplicates
+from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps, plan_stages
+from twinkle_agentic.preprocessor import DedupFilter, HardFilter
+from twinkle_agentic.preprocessor.quality import StepContractError
+
+
+def raw_table(lines: list[bytes], src: int = 0) -> pa.Table:
+    return pa.table([[src] * len(lines), list(range(1, len(lines) + 1)), lines], schema=read_schema())
+
+
+def frames(table: pa.Table, kind: int) -> list[dict]:
+    return [r for r in table.to_pylist() if r[KIND] == kind]
+
+
+def stats_of(table: pa.Table) -> list[dict]:
+    return [rec for r in frames(table, STATS) for rec in json.loads(r["row"])]
+
+
+def test_parse_stage_runs_steps_and_accounts_for_every_record():
+    lines = [
+        json.dumps(
+            {
+                "id": 1,
+                "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"}],
+            }
+        ).encode(),
+        b"{broken",
+        json.dumps(
+            {"id": 2, "messages": [{"role": "user", "content": "请解释快速排序的最坏情况复杂度"}]},
+            ensure_ascii=True,
+        ).encode(),
+        b"[1]",
+    ]
+    adapter = StageAdapter([HardFilter(), ShoutMapper()], [0, 1], ["HardFilter", "ShoutMapper"], parse=True)
+    out = adapter(raw_table(lines, src=3))
+    live = frames(out, LIVE)
+    assert [(r["_src"], r["_line"]) for r in live] == [(3, 3)]
+    # rows are re-serialised with unescaped unicode and without the internal row id
+    assert "请解释" in live[0]["row"] and "__twinkle_row_id__" not in live[0]["row"]
+    dropped = {(r["_line"], r["_step"], r["_reason"]) for r in frames(out, DROPPED)}
+    assert dropped == {
+        (2, "read", "malformed_json"),
+        (4, "read", "invalid_row"),
+        (1, "HardFilter", "trivial_single_turn"),
+    }
+    assert json.loads(next(r["row"] for r in frames(out, DROPPED) if r["_line"] == 2)) == "{broken"
+    records = {r["step"]: r for r in stats_of(out)}
+    assert records["read"]["before"] == 4 and records["read"]["after"] == 2
+    assert records["HardFilter"]["before"] == 2 and records["HardFilter"]["dropped"] == 1
+    assert records["ShoutMapper"]["before"] == records["ShoutMapper"]["after"] == 1
+
+
+def test_later_stage_passes_dropped_rows_through_and_adds_dedup_keys():
+    first = StageAdapter([], [], [], parse=True)(raw_table([b'{"messages": []}', b"nope"]))
+    second = StageAdapter([ShoutMapper()], [0], ["ShoutMapper"], dedup=DedupFilter())(first)
+    assert DKEY in second.column_names
+    assert len(frames(second, DROPPED)) == 1 and len(frames(second, STATS)) == 2
+    (live,) = frames(second, LIVE)
+    assert live[DKEY].startswith("f:") and live["_dlen"] == 0
+
+
+def test_step_contract_violations_name_the_step():
+    table = raw_table([b'{"id": 1, "messages": []}'])
+    with pytest.raises(StepContractError, match="LosesKeys"):
+        StageAdapter([LosesKeys()], [0], ["LosesKeys"], parse=True)(table)
+
+    def not_a_tuple(rows):
+        return rows
+
+    with pytest.raises(StepContractError, match="not_a_tuple"):
+        StageAdapter([not_a_tuple], [0], ["not_a_tuple"], parse=True)(table)
+
+
+def test_warmup_loads_models_of_the_stage(tmp_path):
+    step = ModelStep(str(tmp_path))
+    adapter = StageAdapter([step], [0], ["ModelStep"], parse=True)
+    adapter.warmup()
+    assert [p.name for p in tmp_path.iterdir()] == [f"warmup-{os.getpid()}"]
+    out = adapter(raw_table([b'{"messages": [{"role": "user", "content": "SQL please"}]}']))
+    assert frames(out, DROPPED)[0]["_reason"] == "mentions_sql"
+    assert len(list(tmp_path.iterdir())) == 1  # no second, lazy load
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 5, 13])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dedup_winners_match_dedup_filter_for_any_partitioning(partitions, seed):
+    rows = chat_rows(300, seed)
+    lines = [json.dumps(r).encode() for r in rows]
+    keyed = StageAdapter([], [], [], parse=True, dedup=DedupFilter())(raw_table(lines))
+    # split into hash partitions and shuffle rows inside each, as a shuffle may deliver them
+    rng = random.Random(seed)
+    parts: list[list[int]] = [[] for _ in range(partitions)]
+    for i, key in enumerate(keyed.column(DKEY).to_pylist()):
+        parts[hash(key) % partitions].append(i)
+    kept_ids, dropped_ids = set(), set()
+    for index in parts:
+        rng.shuffle(index)
+        out = mark_duplicates(keyed.take(pa.array(index, pa.int64())), "DedupFilter", 0)
+        kept_ids |= {json.loads(r["row"])["id"] for r in frames(out, LIVE)}
+        dropped_ids |= {
+            json.loads(r["row"])["id"] for r in frames(out, DROPPED) if r["_reason"] == "duplicate"
+        }
+    kept, dropped = DedupFilter()(rows)
+    assert dropped_ids, "the data must hold duplicates"
+    assert kept_ids == {r["id"] for r in kept}
+    assert dropped_ids == {r["id"] for r in dropped}
+
+
+def test_plan_groups_cheap_steps_and_isolates_actor_and_dedup_steps(tmp_path):
+    hard, shout, model, dedup = HardFilter(), ShoutMapper(), ModelStep(str(tmp_path)), DedupFilter()
+    names = ["DedupFilter", "HardFilter", "ShoutMapper", "ModelStep", "HardFilter#2"]
+    stages = plan_stages([dedup, hard, shout, model, hard])
+    described = [s.describe(names) for s in stages]
+    assert described == [
+        "map_batches: parse + dedup keys",
+        "dedup shuffle: DedupFilter",
+        "map_batches: HardFilter -> ShoutMapper",
+        "map_batches (actor pool): ModelStep",
+        "map_batches: HardFilter#2",
+    ]
+    stages = plan_stages([model, dedup])
+    assert [s.kind for s in stages] == ["map", "actor", "dedup"]
+    assert stages[0].parse and stages[1].dedup_next is dedup
+
+
+@pytest.mark.parametrize(
+    "entries, message",
+    [
+        ("HardFilter", "must be a list"),
+        ([{"HardFilter": {}, "DeadLoopFilter": {}}], "exactly one step name"),
+        ([{"HardFilter": [1]}], "must be a mapping"),
+        ([{"HardFilter": {}, "actors": 0}], "positive integer"),
+        ([42], "expected a step name"),
+    ],
+)
+def test_step_entries_are_validated(entries, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_steps(entries)
+
+
+def test_step_entries_parse_names_kwargs_and_options():
+    specs = parse_steps(
+        ["DedupFilter", {"HardFilter": {"min_user_chars": 5}}, {"job_steps:ModelStep": None, "actors": 2}]
+    )
+    assert specs == [
+        StepSpec("DedupFilter"),
+        StepSpec("HardFilter", {"min_user_chars": 5}),
+        StepSpec("job_steps:ModelStep", {}, actors=2),
+    ]
+    assert specs[2].to_config() == {"job_steps:ModelStep": {}, "actors": 2}
