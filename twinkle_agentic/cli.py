@@ -14,6 +14,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("twinkle_agentic.doctor:main", "report which optional stacks are installed and working"),
     "cluster": ("cluster.cli:main", "connect to / start / stop a Ray cluster; print its environment"),
+    "preprocess": ("jobs.preprocess:main", "clean chat/agent datasets on Ray Data: filters, global dedup, drop ledger"),
 }
 
 
