@@ -81,9 +81,9 @@ def render_text(value: Any) -> str:
     compact JSON."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and value and all(isinstance(v, str) or (isinstance(v, Mapping) and "text" in v)
-                                                  for v in value):
-        return _content_text(value)
+    if (isinstance(value, list) and all(isinstance(v, (str, Mapping)) for v in value)
+            and any(isinstance(v, str) or "text" in v for v in value)):
+        return _content_text(value)  # MCP content parts: the text ones, joined
     if isinstance(value, Mapping):
         for key in TEXT_KEYS:
             if value.get(key) is not None:
@@ -151,8 +151,10 @@ class WireClient:
 
         self._replies = 0
         try:
+            # entered as a context manager (websockets >= 17 deprecates bare connect(); older
+            # versions return the same object); closing the connection is its __exit__
             self._ws = connect(self.url, open_timeout=self.connect_timeout_s, max_size=self.max_size,
-                               additional_headers=self.headers or None, compression=None)
+                               additional_headers=self.headers or None, compression=None).__enter__()
         except InvalidURI as exc:
             raise WireError(PROTOCOL_ERROR, f"invalid OpenEnv URL {self.url!r}: {exc}") from exc
         except (OSError, TimeoutError, InvalidHandshake) as exc:

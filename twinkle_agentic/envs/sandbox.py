@@ -143,7 +143,7 @@ def _limit_hit(returncode: int | None, timed_out: bool, stderr: str) -> str | No
         return "wall_time"
     if returncode in (-signal.SIGXCPU, -signal.SIGKILL):
         return "cpu_time"
-    if returncode == -signal.SIGXFSZ:
+    if returncode == -signal.SIGXFSZ or "File too large" in stderr:  # Python ignores SIGXFSZ: EFBIG
         return "file_size"
     if "PermissionError: sandbox:" in stderr:
         return "policy"  # refused by the rlimits-mode audit hook
