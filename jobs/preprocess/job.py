@@ -18,7 +18,6 @@ place. The bundled default puts it first, as the seed documents do.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from typing import Any
@@ -52,26 +51,11 @@ class ActorStage:
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> str:
-    """Connect to Ray: the address given, else RAY_ADDRESS, else an embedded local cluster.
+    """Connect to Ray (the address given, else RAY_ADDRESS, else an embedded local cluster sized to
+    this machine) through the project's cluster helper; returns a one-line description."""
+    from cluster import connect as cluster_connect
 
-    Uses the project's ``cluster.connect`` when it is installed; returns a one-line description.
-    """
-    try:
-        from cluster.connect import connect as cluster_connect
-    except ImportError:
-        cluster_connect = None
-    if cluster_connect is not None:
-        return cluster_connect(address, num_cpus=num_cpus, include_dashboard=False).summary()
-    import ray
-
-    if not ray.is_initialized():
-        target = address or os.environ.get("RAY_ADDRESS") or None
-        kwargs: dict[str, Any] = (
-            {"address": target} if target else {"num_cpus": num_cpus, "include_dashboard": False}
-        )
-        ray.init(**{k: v for k, v in kwargs.items() if v is not None})
-    cpus = ray.cluster_resources().get("CPU", 0)
-    return f"Ray cluster with {cpus:g} CPUs"
+    return cluster_connect(address, num_cpus=num_cpus, include_dashboard=False).summary()
 
 
 def cluster_cpus() -> int:
