@@ -76,7 +76,7 @@ HISTORY = [
 def test_sanitising_table():
     original = copy.deepcopy(HISTORY)
     wire = sanitize_messages(HISTORY)
-    assert HISTORY == original  # never mutated
+    assert original == HISTORY  # never mutated
     assert wire == [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "weather?", "name": "ann"},
