@@ -1,0 +1,160 @@
+"""APIMultiTurnRollout throughput against a local OpenAI-compatible server with injected latency.
+
+N trajectories x T turns (T-1 tool-calling turns, then a final answer) against the scripted
+server (twinkle_agentic/protocol/scripted_server.py, its own process, ``--latency-ms`` per
+completion). The ideal wall time at concurrency C is ``N * T * latency / C``; efficiency is
+ideal / measured. Compared in one run: the asyncio rollout at each ``--concurrency`` for each
+``--transport`` (the SDK's AsyncOpenAI, or the lean ``direct`` aiohttp path), and a plain
+thread-per-trajectory pool (``--thread-pool`` workers, blocking SDK client) as the baseline.
+Client CPU per request is reported too: it is what bounds high concurrency on few cores.
+
+Run: python bench/api_rollout.py [--trajectories 1000] [--turns 3] [--latency-ms 50]
+         [--concurrency 8 64 256] [--transport auto direct] [--thread-pool 8] [--record FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from twinkle_agentic.protocol import OpenAI  # noqa: E402
+from twinkle_agentic.protocol.local_server import free_port  # noqa: E402
+from twinkle_agentic.protocol.scripted_server import start_scripted_server  # noqa: E402
+from twinkle_agentic.rollout.api_multi_turn import APIMultiTurnRollout  # noqa: E402
+from twinkle_agentic.rollout.base import normalise_tool_calls, tool_message  # noqa: E402
+from twinkle_agentic.tools import Tool, ToolManager  # noqa: E402
+
+
+class Lookup(Tool):
+    def __call__(self, tool_name: str, arguments: dict[str, Any]) -> str:
+        return f"found {arguments.get('key')}"
+
+    def tool_info(self) -> dict[str, Any]:
+        return {"type": "function", "function": {
+            "name": "lookup", "description": "Look a key up.",
+            "parameters": {"type": "object", "properties": {"key": {"type": "string"}}}}}
+
+
+def process_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def trajectories(n: int, turns: int, tag: str) -> list[dict[str, Any]]:
+    return [{"messages": [{"role": "user", "content": f"{tag} {i} #calls={turns - 1}"}]} for i in range(n)]
+
+
+def thread_per_trajectory(api: OpenAI, manager: ToolManager, batch: list[dict[str, Any]], workers: int, max_turns: int) -> list[str]:
+    """The seed's design: one blocking trajectory loop per pool thread."""
+
+    def one(trajectory: dict[str, Any]) -> str:
+        messages = list(trajectory["messages"])
+        request = {"messages": messages, "tools": manager.tool_infos()}
+        for turn in range(1, max_turns + 1):
+            reply = dict(api(request))
+            calls = normalise_tool_calls(reply.get("tool_calls"), turn)
+            messages.append(reply)
+            if not calls:
+                return "stop"
+            for index, call in enumerate(calls):
+                messages.append(tool_message(call, manager(call), turn, index))
+        return "max_turns"
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(one, batch))
+
+
+def measure(label: str, run: Any, n: int, turns: int, latency_s: float, concurrency: int, server_pid: int) -> dict[str, Any]:
+    server_cpu, client_cpu, started = process_cpu_s(server_pid), time.process_time(), time.perf_counter()
+    outcomes = run()
+    wall = time.perf_counter() - started
+    client_cpu, server_cpu = time.process_time() - client_cpu, process_cpu_s(server_pid) - server_cpu
+    requests = n * turns
+    ideal = requests * latency_s / concurrency
+    return {
+        "mode": label, "concurrency": concurrency, "wall_s": round(wall, 3), "ideal_s": round(ideal, 3),
+        "efficiency": round(ideal / wall, 3), "requests_per_s": round(requests / wall, 1),
+        "client_cpu_ms_per_request": round(1000 * client_cpu / requests, 3),
+        "server_cpu_ms_per_request": round(1000 * server_cpu / requests, 3),
+        "outcomes": dict(Counter(outcomes)),
+    }
+
+
+def git_sha() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trajectories", type=int, default=1000)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 64, 256])
+    parser.add_argument("--transport", nargs="+", default=["auto", "direct"], choices=["auto", "aiohttp", "httpx", "direct"])
+    parser.add_argument("--thread-pool", type=int, default=8, help="baseline workers (0 to skip)")
+    parser.add_argument("--record", type=Path, help="append the JSON record to this file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    latency_s = args.latency_ms / 1000.0
+    server = start_scripted_server(free_port(), args.latency_ms)
+    results = []
+    try:
+        base_url = server.url + "/v1"
+        manager = ToolManager([Lookup()])
+        for transport in args.transport:
+            api = OpenAI("scripted", base_url=base_url, async_transport=transport)
+            for concurrency in args.concurrency:
+                rollout = APIMultiTurnRollout(api, manager, max_turns=args.turns + 1, concurrency=concurrency)
+                rollout(trajectories(min(concurrency, 64), args.turns, f"warm-{transport}-{concurrency}"))
+                batch = trajectories(args.trajectories, args.turns, f"run-{transport}-{concurrency}")
+
+                def run(rollout=rollout, batch=batch):
+                    return [r["stop_reason"] for r in rollout(batch)]
+
+                results.append(measure(f"asyncio/{transport}", run, args.trajectories, args.turns, latency_s,
+                                       concurrency, server.process.pid))
+                print(json.dumps(results[-1]), flush=True)
+        if args.thread_pool:
+            api = OpenAI("scripted", base_url=base_url)
+            thread_per_trajectory(api, manager, trajectories(16, args.turns, "warm-threads"), args.thread_pool, args.turns + 1)
+            batch = trajectories(args.trajectories, args.turns, "run-threads")
+            results.append(measure("thread-pool", lambda: thread_per_trajectory(api, manager, batch, args.thread_pool,
+                                                                                 args.turns + 1),
+                                   args.trajectories, args.turns, latency_s, args.thread_pool, server.process.pid))
+            print(json.dumps(results[-1]), flush=True)
+    finally:
+        server.stop()
+    header = f"{'mode':<18}{'conc':>6}{'wall s':>9}{'ideal s':>9}{'eff':>7}{'req/s':>9}{'cli ms/req':>12}{'srv ms/req':>12}"
+    print("\n" + header)
+    for r in results:
+        print(f"{r['mode']:<18}{r['concurrency']:>6}{r['wall_s']:>9.2f}{r['ideal_s']:>9.2f}{r['efficiency']:>7.2f}"
+              f"{r['requests_per_s']:>9.0f}{r['client_cpu_ms_per_request']:>12.3f}{r['server_cpu_ms_per_request']:>12.3f}")
+    record = {"bench": "api_rollout", "git_sha": git_sha(), "cpus": os.cpu_count(),
+              "load_avg_1m": os.getloadavg()[0], "params": {k: str(v) for k, v in vars(args).items()},
+              "results": results}
+    if args.record:
+        with open(args.record, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+    print(json.dumps(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
