@@ -15,6 +15,7 @@ def echo_server(tmp_path_factory):
     port with ECHO_SESSIONS concurrent WebSocket sessions, stopped by PID."""
     package = scaffold_echo_env(tmp_path_factory.mktemp("openenv"), max_concurrent_envs=ECHO_SESSIONS)
     server = start_echo_server(package, free_port())
+    server.max_sessions = ECHO_SESSIONS
     yield server
     server.stop()
 

@@ -8,7 +8,6 @@ import threading
 import time
 
 import pytest
-from conftest import ECHO_SESSIONS
 
 from twinkle_agentic.envs.env_tool import EnvTool
 from twinkle_agentic.envs.openenv import OpenEnv
@@ -66,7 +65,7 @@ def test_validation_error_ends_the_episode_without_raising(echo_server):
 
 
 def test_capacity_is_retried_until_a_slot_frees(echo_server):
-    holders = [echo_env(echo_server.url) for _ in range(ECHO_SESSIONS)]
+    holders = [echo_env(echo_server.url) for _ in range(echo_server.max_sessions)]
     for holder in holders:
         assert holder.reset().done is False
     refused = echo_env(echo_server.url, retry_attempts=1, retry_base_s=0.01).reset()

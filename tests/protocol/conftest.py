@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import json
-import urllib.request
-
 import pytest
 
 from twinkle_agentic.protocol.local_server import free_port
@@ -16,7 +13,3 @@ def chat_server():
     yield server
     server.stop()
 
-
-def recorded_requests(server) -> list[dict]:
-    with urllib.request.urlopen(server.url + "/debug/requests") as response:
-        return json.load(response)["requests"]

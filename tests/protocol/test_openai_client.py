@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import pickle
+import urllib.request
 
 import pytest
-from conftest import recorded_requests
 
 from twinkle_agentic.data_format import SamplingParams
 from twinkle_agentic.protocol import (
@@ -20,6 +21,12 @@ from twinkle_agentic.protocol import (
     ServerError,
 )
 from twinkle_agentic.protocol.local_server import free_port
+
+
+def recorded_requests(server) -> list[dict]:
+    with urllib.request.urlopen(server.url + "/debug/requests") as response:
+        return json.load(response)["requests"]
+
 
 FAST_RETRY = RetryPolicy(attempts=3, base_s=0.01, max_s=0.05)
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "find",

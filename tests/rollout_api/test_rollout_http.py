@@ -8,14 +8,25 @@ import urllib.request
 from collections import Counter
 
 import pytest
-from conftest import Lookup
 
 from twinkle_agentic.data_format import SamplingParams
 from twinkle_agentic.protocol import OpenAI, RetryPolicy
 from twinkle_agentic.rollout.api_multi_turn import APIMultiTurnRollout
-from twinkle_agentic.tools import ToolManager
+from twinkle_agentic.tools import Tool, ToolManager
 
 pytestmark = pytest.mark.integration
+
+
+class Lookup(Tool):
+    """A thread-safe stateless tool: answers ``found <key>``."""
+
+    def __call__(self, tool_name, arguments):
+        return f"found {arguments.get('key')}"
+
+    def tool_info(self):
+        return {"type": "function", "function": {
+            "name": "lookup", "description": "Look a key up.",
+            "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}}
 
 
 def user(text):

@@ -55,6 +55,7 @@ ISOLATION_MODES = ("auto", "namespaces", "rlimits")
 MAIN_NAME = "main.py"
 RUN_UID_RANGE = (1_000_000_000, 1_900_000_000)  # far above any real account; one per run
 SETUP_FAILED_EXIT = 125
+NAMESPACE_TEARDOWN_S = 5.0
 
 
 class SandboxError(RuntimeError):
@@ -318,10 +319,17 @@ class LocalSubprocessSandbox:
     def _kill_leftovers(self, proc: subprocess.Popen, mode: str) -> None:
         """Nothing the code started may outlive the run.
 
-        ``namespaces``: killing the boot process takes down the pid namespace (its init dies by
-        PDEATHSIG). ``rlimits``: kill the process group, which a process that called setsid escapes;
-        the audit hook refuses fork and subprocesses in that mode for this reason.
+        ``namespaces``: SIGTERM asks the boot process to SIGKILL the namespace's init and wait for
+        it; init's exit waits until the kernel has killed every process in the namespace, so when
+        boot is gone, all is gone. ``rlimits``: kill the process group, which a process that
+        called setsid escapes (the audit hook refuses fork and subprocesses in that mode). In both
+        modes a SIGKILL of the group follows as the fallback.
         """
+        if mode == "namespaces" and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(NAMESPACE_TEARDOWN_S)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         if proc.poll() is None:
