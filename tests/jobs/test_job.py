@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import resources
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from job_data import read_outputs, reference_outputs
 
 from jobs.preprocess import main
@@ -14,7 +17,7 @@ from jobs.preprocess.config import PreprocessConfig
 from jobs.preprocess.inprocess import run_in_process
 from jobs.preprocess.job import plan, prepare_output, run
 from jobs.preprocess.sources import expand_inputs, iter_records, parse_record
-from jobs.preprocess.steps import ConfigError, StepSpec
+from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +34,7 @@ def input_ids(inputs: list[str]) -> dict[tuple[str, int], int]:
 
 
 def check_run_against_reference(cfg: PreprocessConfig, summary) -> dict:
-    out = read_outputs(__import__("pathlib").Path(cfg.output))
+    out = read_outputs(Path(cfg.output))
     _, steps, _, _ = plan(cfg)
     reference = reference_outputs(run_in_process(cfg.inputs, steps))
     assert out["kept"] == reference["kept"]
@@ -71,7 +74,11 @@ def test_cli_runs_refuses_to_overwrite_and_reports_config_errors(ray_local, chat
     assert main(["--input", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "o3")]) == 2
 
 
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "chats.jsonl"
 PIPELINES = {
+    "bundled-default": parse_steps(
+        yaml.safe_load(resources.files("jobs.configs").joinpath("default_pipeline.yaml").read_text())["steps"]
+    ),
     "dedup-first": [StepSpec("DedupFilter"), StepSpec("HardFilter"), StepSpec("job_steps:ShoutMapper")],
     "dedup-last": [StepSpec("HardFilter"), StepSpec("job_steps:ShoutMapper"), StepSpec("DedupFilter")],
     "two-dedups-and-actor": [
@@ -86,6 +93,7 @@ PIPELINES = {
 @pytest.mark.parametrize(
     "pipeline, batch_size, partitions, output_format",
     [
+        ("bundled-default", 200, 2, "jsonl"),
         ("dedup-first", 64, 1, "jsonl"),
         ("dedup-last", 256, 3, "parquet"),
         ("two-dedups-and-actor", 1000, 7, "jsonl"),
@@ -101,7 +109,8 @@ def test_job_equals_one_process_run(
         for s in PIPELINES[pipeline]
     ]
     cfg = PreprocessConfig(
-        inputs=[str(chat_inputs / "*.jsonl*"), str(parquet_input)],
+        inputs=[str(chat_inputs / "*.jsonl*"), str(parquet_input)]
+        + ([str(SAMPLE)] if pipeline == "bundled-default" else []),
         output=str(tmp_path / "out"),
         steps=steps,
         batch_size=batch_size,
@@ -115,7 +124,9 @@ def test_job_equals_one_process_run(
     assert {("read", "malformed_json"), ("read", "invalid_row")} <= reasons
     assert any(step.startswith("DedupFilter") and reason == "duplicate" for step, reason in reasons)
     assert all("__twinkle_row_id__" not in line for line in out["kept_lines"])
-    assert any(json.loads(line)["id"] >= 100_000 for line in out["kept_lines"])  # Parquet rows made it
+    assert any(
+        json.loads(line)["id"] in range(100_000, 200_000) for line in out["kept_lines"]
+    )  # Parquet rows made it
     if output_format == "parquet":
         table = pq.read_table(tmp_path / "out" / "kept")
         assert table.column_names == ["source", "line", "row"]
