@@ -146,3 +146,11 @@ def test_rollout_with_one_session_per_trajectory(echo_server, chat_server):
     assert done_by_env["messages"][-1]["role"] == "tool"
     assert done_by_env["messages"][-1]["content"].startswith("Error: Invalid message")
     assert len(built) == 6 and all(env._transport is None for env in built)  # the rollout closed them
+
+
+def test_an_unsendable_action_is_an_error_result(echo_server):
+    env = OpenEnv(echo_server.url, action_mapper=lambda name, args: {"message": object()})
+    assert env.reset().done is False
+    result = env.step("echo", {})
+    assert result.done and result.info["error_code"] == "CLIENT_ERROR" and "not JSON serializable" in result.observation
+    env.close()

@@ -20,6 +20,8 @@ from twinkle_agentic.data_format import ToolInfo, Trajectory
 
 from .base import Env, StepResult
 from .openenv_wire import (
+    CAPACITY_REACHED,
+    CLIENT_ERROR,
     CONNECTION_LOST,
     OpenEnvClientTransport,
     WireClient,
@@ -172,32 +174,41 @@ class OpenEnv(Env):
 
     def _exchange(self, frame: dict[str, Any], may_open: bool) -> StepResult:
         for attempt in range(self.retry_attempts + 1):
-            opened_now = False
-            try:
-                if self._transport is None or not self._transport.connected:
-                    if not may_open:
-                        raise WireError(CONNECTION_LOST, "the session was lost mid-episode; call reset() to "
-                                        "start a new one")
-                    self._transport = self._transport or self._new_transport()
-                    self._transport.connect()
-                    opened_now = True
-                    self._session_started = True
-                data = self._transport.request(frame)
-            except WireError as error:
-                # capacity and connection failures happen before the session holds any state: retry
-                if error.retryable and (opened_now or error.code != "CAPACITY_REACHED") and attempt < self.retry_attempts:
-                    self._transport = None
-                    time.sleep(self._backoff_s(attempt))
-                    continue
-                return self._failure(error)
-            try:
-                parsed = parse_observation_frame(data)
-            except WireError as error:
-                return self._failure(error)
-            self.episode_reward += parsed.reward
-            info = {"episode_reward": self.episode_reward, "metadata": parsed.metadata, "raw_result": parsed.raw}
-            return StepResult(parsed.text, parsed.reward, parsed.done, info)
-        raise AssertionError("unreachable")
+            data, error, opened_now = self._attempt(frame, may_open)
+            if error is None:
+                break
+            # capacity and connection failures happen before the session holds any state: retry
+            if error.retryable and (opened_now or error.code != CAPACITY_REACHED) and attempt < self.retry_attempts:
+                self._transport = None
+                time.sleep(self._backoff_s(attempt))
+                continue
+            return self._failure(error)
+        try:
+            parsed = parse_observation_frame(data)
+        except WireError as error:
+            return self._failure(error)
+        self.episode_reward += parsed.reward
+        info = {"episode_reward": self.episode_reward, "metadata": parsed.metadata, "raw_result": parsed.raw}
+        return StepResult(parsed.text, parsed.reward, parsed.done, info)
+
+    def _attempt(self, frame: dict[str, Any], may_open: bool) -> tuple[Any, WireError | None, bool]:
+        """One send/receive; returns ``(data, error, opened_a_new_session)``."""
+        opened_now = False
+        try:
+            if self._transport is None or not self._transport.connected:
+                if not may_open:
+                    raise WireError(CONNECTION_LOST, "the session was lost mid-episode; call reset() to start a new one")
+                self._transport = self._transport or self._new_transport()
+                self._transport.connect()
+                opened_now = True
+                self._session_started = True
+            return self._transport.request(frame), None, opened_now
+        except WireError as error:
+            return None, error, opened_now
+        except Exception as exc:  # e.g. an action that is not JSON: never raise out of reset/step
+            if self._transport is not None:
+                self._transport.drop()
+            return None, WireError(CLIENT_ERROR, f"{type(exc).__name__}: {exc}"), opened_now
 
     def _backoff_s(self, attempt: int) -> float:
         delay = min(self.retry_max_s, self.retry_base_s * (2.0 ** min(attempt, 60)))

@@ -23,6 +23,7 @@ CONNECTION_FAILED = "CONNECTION_FAILED"  # could not open the socket (refused, h
 CONNECTION_LOST = "CONNECTION_LOST"  # the socket closed mid-episode
 TIMEOUT = "TIMEOUT"  # no reply within message_timeout_s
 PROTOCOL_ERROR = "PROTOCOL_ERROR"  # a reply that is not a frame we understand
+CLIENT_ERROR = "CLIENT_ERROR"  # the request could not be built or sent (e.g. an action that is not JSON)
 SOCKET_CLOSING_CODES = frozenset({CAPACITY_REACHED, "FACTORY_ERROR", "SESSION_ERROR"})
 RETRYABLE_CODES = frozenset({CAPACITY_REACHED, CONNECTION_FAILED})
 
