@@ -43,6 +43,7 @@ CACHE_MAX_TEXT_CHARS = 8192
 NLP_BATCH_SIZE = 64
 
 _DIGIT = re.compile(r"\d")
+_MARKUP_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9_-]{0,30}/?>")
 _UPPER = re.compile(r"[A-Z]")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _LETTER = re.compile(r"[^\W\d_]")
@@ -79,6 +80,10 @@ NOT_NAMES_EN = frozenset(
         "Thanks", "Thank", "Hi", "Hello", "Hey", "Dear", "Regards", "Cheers", "Best", "Sincerely",
         "Gateway", "Router", "Server", "Fourier", "Bayes", "Bayesian", "Gaussian", "Euler", "Newton", "Turing",
         "Markov", "Laplace", "Dijkstra", "Kalman", "Hessian", "Jacobian", "Boolean", "Lorem", "Ipsum",
+        # imperatives and kinship words spaCy's small model sometimes tags as a person
+        "Email", "Call", "Text", "Send", "Write", "Ping", "Message", "Contact", "Reply", "Forward", "Ship",
+        "Charge", "Wire", "Transfer", "Refund", "Book", "Grandma", "Grandpa", "Mom", "Dad", "Mum", "Uncle",
+        "Aunt", "Auntie", "Sis", "Bro",
     )
 )
 
@@ -137,6 +142,10 @@ class LruCache:
 
     def __len__(self) -> int:
         return len(self._data)
+
+
+def _blank(match: re.Match) -> str:
+    return " " * len(match.group())
 
 
 def text_language(text: str, languages: tuple[str, ...]) -> str:
@@ -296,6 +305,9 @@ class PiiAnalyzer:
     def _analyze_uncached(self, texts: list[str]) -> list[tuple[Span, ...]]:
         if not texts:
             return []
+        # Markup tags (<think>, </tool_call>) become spaces of the same length: offsets are kept and
+        # NER no longer reads "<think>user" as one token.
+        texts = [_MARKUP_TAG.sub(_blank, t) if "<" in t else t for t in texts]
         by_lang: dict[str, list[int]] = {}
         for i, text in enumerate(texts):
             by_lang.setdefault(text_language(text, self.config.languages), []).append(i)

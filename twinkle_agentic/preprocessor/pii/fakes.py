@@ -34,6 +34,16 @@ _SLOT = "\x00"
 _HOUSE_NUMBERS = tuple(str(i) for i in range(1, 10000))
 
 _fakers: dict[str, object] = {}
+_pool_names: set[str] = set()
+
+
+def _pool(name: str, build) -> str:
+    """Register the candidate pool ``name`` (built once per process) and return its name."""
+    if name not in _pool_names:
+        marks.register_pool(name, build())
+        _pool_names.add(name)
+    return name
+
 _faker_lock = threading.Lock()
 
 
@@ -215,14 +225,14 @@ class FakeMaker:
     # -- text ------------------------------------------------------------------------------------
     # Each generator fixes all tokens but one and picks that one from the candidates that complete
     # the keyed text mark (marks.solve_token); a miss redraws the free tokens.
-    def _solved(self, rnd, parts: list[str], position: int, candidates: tuple[str, ...], join: str) -> str | None:
-        """``parts`` completed at ``position`` by a candidate that makes the value marked, or None."""
+    def _solved(self, rnd, parts: list[str], position: int, pool: str, join: str) -> str | None:
+        """``parts`` completed at ``position`` by a pool candidate that makes the value marked, or None."""
         probe = list(parts)
         probe[position] = _SLOT
         tokens = marks.text_tokens(join.join(p for p in probe if p))
-        probe[position] = candidates[0]
+        probe[position] = marks.pool_example(pool)
         modulus = marks.text_modulus(join.join(p for p in probe if p))
-        options = marks.solve_token(self.salt, tokens, tokens.index(_SLOT), candidates, modulus)
+        options = marks.solve_token(self.salt, tokens, tokens.index(_SLOT), pool, modulus)
         if not options:
             return None
         probe[position] = rnd.choice(options)
@@ -240,49 +250,47 @@ class FakeMaker:
     def _person(self, rnd, locale: str) -> str:
         names = marks.name_lists()
         if locale == "zh_CN":
-            chars = names.zh_given_chars
+            chars, pool = names.zh_given_chars, _pool("zh_given_chars", lambda: names.zh_given_chars)
             return self._draw_marked(
-                rnd, lambda: self._solved(rnd, [rnd.choice(names.zh_surnames), rnd.choice(chars), ""], 2, chars, "")
+                rnd, lambda: self._solved(rnd, [rnd.choice(names.zh_surnames), rnd.choice(chars), ""], 2, pool, "")
             )
-        return self._draw_marked(
-            rnd, lambda: self._solved(rnd, [rnd.choice(names.en_first), ""], 1, names.en_last, " ")
-        )
-
-    @staticmethod
-    @lru_cache(maxsize=64)
-    def _place_words(suffix: str) -> tuple[str, ...]:
-        return tuple(sorted(w + suffix for w in marks.en_name_words()))
+        pool = _pool("en_last", lambda: names.en_last)
+        return self._draw_marked(rnd, lambda: self._solved(rnd, [rnd.choice(names.en_first), ""], 1, pool, " "))
 
     def _place(self, rnd, locale: str) -> str:
         if locale == "zh_CN":
             chars = tuple(marks.ZH_PLACE_CHARS)
+            pool = _pool("zh_place_chars", lambda: chars)
             return self._draw_marked(
                 rnd,
                 lambda: self._solved(
-                    rnd, [rnd.choice(chars), rnd.choice(chars), "", rnd.choice(marks.ZH_PLACE_SUFFIXES)], 2, chars, ""
+                    rnd, [rnd.choice(chars), rnd.choice(chars), "", rnd.choice(marks.ZH_PLACE_SUFFIXES)], 2, pool, ""
                 ),
             )
 
         def attempt():
             suffix = rnd.choice(marks.EN_PLACE_SUFFIXES) if rnd.random() < 0.7 else ""
-            return self._solved(rnd, [rnd.choice(marks.EN_PLACE_PREFIXES), ""], 1, self._place_words(suffix), " ")
+            pool = _pool(f"en_place{suffix}", lambda: tuple(sorted(w + suffix for w in marks.en_name_words())))
+            return self._solved(rnd, [rnd.choice(marks.EN_PLACE_PREFIXES), ""], 1, pool, " ")
 
         return self._draw_marked(rnd, attempt)
 
     def _street(self, rnd, unit: bool) -> str:
         names = marks.name_lists()
         words = names.en_last + names.en_first
+        pool = _pool("house_numbers", lambda: _HOUSE_NUMBERS)
 
         def attempt():
             tail = ["Apt", str(rnd.randint(1, 999))] if unit else []
             parts = ["", rnd.choice(words), rnd.choice(STREET_WORDS), *tail]
-            return self._solved(rnd, parts, 0, _HOUSE_NUMBERS, " ")
+            return self._solved(rnd, parts, 0, pool, " ")
 
         return self._draw_marked(rnd, attempt)
 
     def _cn_address(self, rnd, unit: bool) -> str:
         address = faker_for("zh_CN").provider("faker.providers.address")
         roads = marks.name_lists().zh_surnames + tuple(address.cities)
+        pool = _pool("house_numbers_999", lambda: _HOUSE_NUMBERS[:999])
 
         def attempt():
             head = (rnd.choice(address.provinces) + rnd.choice(address.cities) + "市" + rnd.choice(address.districts)
@@ -290,7 +298,7 @@ class FakeMaker:
             tail = "号"
             if unit:
                 tail += f"{rnd.randint(1, 30)}栋{rnd.randint(1, 6)}单元{rnd.randint(1, 30)}{rnd.randint(1, 4):02d}室"
-            return self._solved(rnd, [head, "", tail], 1, _HOUSE_NUMBERS[:999], "")
+            return self._solved(rnd, [head, "", tail], 1, pool, "")
 
         return self._draw_marked(rnd, attempt)
 

@@ -182,19 +182,32 @@ def has_text_mark(salt: str, value: str) -> bool:
     return bool(tokens) and text_residue(salt, tokens, text_modulus(value)) == 0
 
 
-@lru_cache(maxsize=256)
-def residue_index(salt: str, position: int, candidates: tuple[str, ...], modulus: int) -> dict[int, tuple[str, ...]]:
-    """Candidates (single tokens) grouped by their token hash at ``position`` modulo ``modulus``."""
+_POOLS: dict[str, tuple[str, ...]] = {}
+
+
+def register_pool(name: str, candidates: tuple[str, ...]) -> str:
+    """Name a candidate list once so residue indexes are cached by name, not by hashing the list."""
+    _POOLS.setdefault(name, candidates)
+    return name
+
+
+def pool_example(name: str) -> str:
+    return _POOLS[name][0]
+
+
+@lru_cache(maxsize=512)
+def residue_index(salt: str, position: int, pool: str, modulus: int) -> dict[int, tuple[str, ...]]:
+    """The pool's candidates (single tokens) grouped by token hash at ``position`` modulo ``modulus``."""
     index: dict[int, list[str]] = {}
-    for c in candidates:
+    for c in _POOLS[pool]:
         index.setdefault(token_hash(salt, position, c.casefold()) % modulus, []).append(c)
     return {k: tuple(v) for k, v in index.items()}
 
 
-def solve_token(salt: str, tokens: list[str], position: int, candidates: tuple[str, ...], modulus: int) -> tuple[str, ...]:
-    """The candidates that, put at ``position`` of ``tokens``, make the whole value marked."""
+def solve_token(salt: str, tokens: list[str], position: int, pool: str, modulus: int) -> tuple[str, ...]:
+    """The pool's candidates that, put at ``position`` of ``tokens``, make the whole value marked."""
     need = (-text_residue(salt, tokens, modulus, skip=position)) % modulus
-    return residue_index(salt, position, candidates, modulus).get(need, ())
+    return residue_index(salt, position, pool, modulus).get(need, ())
 
 
 def is_reserved_email(value: str) -> bool:

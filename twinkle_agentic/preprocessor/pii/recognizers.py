@@ -176,6 +176,8 @@ class CnAddressRecognizer(RuleRecognizer):
     ENTITY = "CN_ADDRESS"
     PATTERN = CN_ADDRESS_PATTERN
     _FIRST_PLACE_TOKEN = re.compile(_CN_PLACE_TOKEN)
+    # 省/市 close a province or city name; 州 inside 贵州 or 杭州 does not.
+    _STRONG_PLACE_TOKEN = re.compile("特别行政区|自治区|省|市")
 
     def score(self, text: str, match: re.Match) -> float | None:
         return SCORES["CN_ADDRESS"]
@@ -183,7 +185,8 @@ class CnAddressRecognizer(RuleRecognizer):
     def span(self, text: str, match: re.Match) -> tuple[int, int]:
         """Drop a sentence lead-in ("我住在", "寄到") glued to the first unit, keeping >= 2 characters."""
         start, end = match.span()
-        first = self._FIRST_PLACE_TOKEN.search(text, start, end)
+        first = self._STRONG_PLACE_TOKEN.search(text, start, min(end, start + 12))
+        first = first or self._FIRST_PLACE_TOKEN.search(text, start, end)
         if first is None:
             return start, end
         cut = start
@@ -248,7 +251,24 @@ class FormattedPhoneRecognizer(PhoneRecognizer):
     _FORMATTED = re.compile(r"^(?:\+|\(\d{2,4}\)\s?\d{3,4}[\s.-]?\d{3,4}$|\d{2,4}([\s.-])\d{3,4}\1\d{3,4}$)")
     _SSN_LAYOUT = re.compile(r"^\d{3}[- ]\d{2}[- ]\d{4}$")
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        from phonenumbers import PhoneMetadata
+
+        # No valid number of these regions has fewer digits: texts with fewer skip the matcher,
+        # which parses every candidate once per region.
+        lengths = [
+            n
+            for region in self.supported_regions
+            if (meta := PhoneMetadata.metadata_for_region(region)) is not None
+            for n in meta.general_desc.possible_length
+            if n > 0
+        ]
+        self.min_digits = min(lengths, default=1)
+
     def analyze(self, text, entities, nlp_artifacts=None):
+        if sum(ch.isdigit() for ch in text) < self.min_digits:
+            return []
         results = super().analyze(text, entities, nlp_artifacts)
         return [r for r in results if not self._SSN_LAYOUT.match(text[r.start : r.end])]
 

@@ -21,17 +21,23 @@ _WORD_AFTER = re.compile(r"^\s+([A-Z][\w'-]*)")
 
 def text_variants(entity: str, text: str, start: int, end: int) -> list[str]:
     """The span, plus its neighbours where a later pass's NER may cut a fake differently: a
-    one-word span joined with the word before or after; a 3+ word span without its first or last
-    word; a Chinese span without its last character or with the next one."""
+    one-word span joined with the capitalised word before or after; a 3+ word span without its
+    first or last word; a Chinese span grown or shrunk by up to two characters at either end."""
     value = text[start:end]
     out = [value]
     if entity not in ("PERSON", "LOCATION"):
         return out
     if _CJK.search(value):
-        if len(value) >= 3:
-            out.append(value[:-1])
-        if end < len(text) and _CJK.match(text[end]):
-            out.append(value + text[end])
+        # LAC may cut a fake differently: try the span grown or shrunk by up to two CJK characters
+        # on either side.
+        lefts = [start - k for k in (0, 1, 2) if start - k >= 0 and all(_CJK.match(c) for c in text[start - k : start])]
+        rights = [end + k for k in (0, 1, 2) if end + k <= len(text) and all(_CJK.match(c) for c in text[end : end + k])]
+        lefts += [start + k for k in (1, 2) if end - start - k >= 2]
+        rights += [end - k for k in (1, 2) if end - start - k >= 2]
+        for a in lefts:
+            for b in rights:
+                if b - a >= 2 and text[a:b] != value:
+                    out.append(text[a:b])
         return out
     words = value.split()
     if len(words) == 1:
@@ -50,7 +56,8 @@ def is_replacement(salt: str, entity: str, text: str, start: int, end: int) -> b
     """True when the value at text[start:end] carries the mark of a replacement made with ``salt``."""
     value = text[start:end]
     if entity in DIGIT_ENTITIES:
-        return marks.has_digit_mark(salt, re.sub(r"\D", "", value))
+        digits = re.sub(r"\D", "", value) + ("X" if value.rstrip()[-1:] in ("X", "x") else "")
+        return marks.has_digit_mark(salt, digits)
     if entity == "IBAN_CODE":
         return marks.has_iban_mark(salt, normalise(entity, value))
     if entity == "EMAIL_ADDRESS":
