@@ -14,14 +14,17 @@ FAITHFUL = ("Plants use photosynthesis to convert light, water and CO2 into suga
 UNRELATED = "The stock market closed higher today after the central bank kept interest rates unchanged."
 
 
+QUESTIONS = ["How does photosynthesis work?", "Explain photosynthesis briefly."]
+
+
 def rows():
-    return [{"id": f"r{i}", "messages": [{"role": "user", "content": "How does photosynthesis work?"},
-                                        {"role": "assistant", "content": REFERENCE}]} for i in range(2)]
+    return [{"id": f"r{i}", "messages": [{"role": "user", "content": q}, {"role": "assistant", "content": REFERENCE}]}
+            for i, q in enumerate(QUESTIONS)]
 
 
 def test_similarity_ranks_faithful_over_unrelated(scripted, minilm):
-    replies = iter([FAITHFUL, UNRELATED])
-    scripted.chat = lambda body: [next(replies)]
+    replies = dict(zip(QUESTIONS, [FAITHFUL, UNRELATED], strict=True))  # requests run concurrently
+    scripted.chat = lambda body: [replies[body["messages"][0]["content"]]]
     records = []
     scorer = ParaphraseScorer(embed_backend=minilm, min_similarity=0.5)
     f = ScoreFilter([scorer], backend=OpenAIBackend(scripted.url, "m", max_retries=0), trace_callback=records.append)

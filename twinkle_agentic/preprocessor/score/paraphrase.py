@@ -111,7 +111,7 @@ class ParaphraseScorer(Scorer):
                 continue
             score = cosine(vectors[2 * k], vectors[2 * k + 1]) if paraphrase else 0.0
             passed = self.min_similarity is None or score >= self.min_similarity
-            extras = {"reference_tokens": n, "paraphrase_chars": len(paraphrase), "paraphrase": paraphrase[:500]}
+            extras = {"reference_tokens": n, "paraphrase_chars": len(paraphrase), "paraphrase": paraphrase}
             results[i] = ScoreResult(score, passed, extras)
         return results  # type: ignore[return-value]
 

@@ -107,6 +107,11 @@ def read_prompt_logprobs(entries: Sequence[Any] | None, ids: Sequence[int]) -> T
     return out
 
 
+def read_or_none(entries: Sequence[Any] | None, ids: Sequence[int], what: str) -> TokenLogprobs | None:
+    """``read_prompt_logprobs``, or None (logged) when one response cannot be read: the others stand."""
+    return call_or_none(lambda: read_prompt_logprobs(entries, ids), what)
+
+
 def pad_batch(items: list[T], multiple: int) -> list[T]:
     """``items`` padded by repeating the last one to a multiple of ``multiple`` (data-parallel size)."""
     if multiple <= 1 or not items or len(items) % multiple == 0:

@@ -19,7 +19,7 @@ from .base import (
     call_or_none,
     chunks,
     isolate_failures,
-    read_prompt_logprobs,
+    read_or_none,
 )
 
 
@@ -132,7 +132,7 @@ class OpenAIBackend(ScoreBackend):
         return data["prompt"]
 
     def prompt_logprobs(self, ids_batch: list[list[int]]) -> list[TokenLogprobs | None]:
-        def call(batch: list[list[int]]) -> list[TokenLogprobs]:
+        def call(batch: list[list[int]]) -> list[TokenLogprobs | None]:
             response = self._client(self.root).completions.create(
                 model=self.model,
                 prompt=[[int(t) for t in ids] for ids in batch],
@@ -144,7 +144,7 @@ class OpenAIBackend(ScoreBackend):
             if len(choices) != len(batch):
                 raise BackendError(f"/v1/completions returned {len(choices)} choices for {len(batch)} prompts")
             return [
-                read_prompt_logprobs((choice.model_extra or {}).get("prompt_logprobs"), ids)
+                read_or_none((choice.model_extra or {}).get("prompt_logprobs"), ids, "prompt_logprobs")
                 for choice, ids in zip(choices, batch, strict=True)
             ]
 

@@ -23,15 +23,14 @@ from .base import (
     chunks,
     isolate_failures,
     pad_batch,
-    read_prompt_logprobs,
+    read_or_none,
 )
 
 PROMPT_LOGPROBS_PARAMS = {"max_tokens": 1, "prompt_logprobs": 1, "temperature": 0.0}
 
 
 def feature(ids: Sequence[int]) -> InputFeature:
-    ids = [int(t) for t in ids]
-    return {"input_ids": ids, "attention_mask": [1] * len(ids), "position_ids": list(range(len(ids))), "length": len(ids)}
+    return {"input_ids": [int(t) for t in ids]}
 
 
 def data_parallel_size(sampler: Any) -> int:
@@ -143,11 +142,10 @@ class SamplerBackend(ScoreBackend):
     # -- ScoreBackend -------------------------------------------------------------------------
 
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        trajectory: dict[str, Any] = {"messages": messages}
-        if tools:
-            trajectory["tools"] = tools
-        encoded = self.template.encode(trajectory, add_generation_prompt=True)
-        return [int(t) for t in encoded["input_ids"]]
+        # render + tokenize rather than template.encode: no labels to compute, and no max_length
+        # error on a history that fit_prompt is about to shorten.
+        text = self.template.render(messages, tools, add_generation_prompt=True)
+        return self.encode_text(text)
 
     def encode_text(self, text: str) -> list[int]:
         return list(self.template.tokenizer.encode(text, add_special_tokens=False))
@@ -158,9 +156,11 @@ class SamplerBackend(ScoreBackend):
     def prompt_logprobs(self, ids_batch: list[list[int]]) -> list[TokenLogprobs | None]:
         params = SamplingParams(**PROMPT_LOGPROBS_PARAMS)
 
-        def call(batch: list[list[int]]) -> list[TokenLogprobs]:
+        def call(batch: list[list[int]]) -> list[TokenLogprobs | None]:
             responses = self._sample([feature(ids) for ids in batch], params)
-            return [read_prompt_logprobs(r.prompt_logprobs, ids) for r, ids in zip(responses, batch, strict=True)]
+            return [
+                read_or_none(r.prompt_logprobs, ids, "prompt_logprobs") for r, ids in zip(responses, batch, strict=True)
+            ]
 
         return self._batched(call, ids_batch, "prompt_logprobs")
 
@@ -177,7 +177,7 @@ class SamplerBackend(ScoreBackend):
 
     def _text(self, sequence: Any) -> str:
         decoded = getattr(sequence, "decoded", None)
-        return decoded if isinstance(decoded, str) else self.decode(sequence.tokens)
+        return decoded if isinstance(decoded, str) and decoded else self.decode(sequence.tokens)
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         raise NotImplementedError(
