@@ -130,10 +130,12 @@ SOUP = (
     lambda t: t + " " + " ".join(["<|im_end|>", "<|endoftext|>", "[PAD]", "</s>"] * 6),
     lambda t: t + " " + "!" * 40,
     lambda t: "".join(c + "\x07" if i % 20 == 0 else c for i, c in enumerate(t)),
-    lambda t: " ".join(
-        "".join(random.Random(len(t)).choice("aбα中ア가ש١ก") for _ in range(6)) for _ in range(30)
-    ),
+    lambda t: _script_salad(random.Random(len(t))),
 )
+
+
+def _script_salad(rng: random.Random) -> str:
+    return " ".join("".join(rng.choice("aбα中ア가ש١ก") for _ in range(6)) for _ in range(30))
 
 
 class _Writer:

@@ -174,8 +174,18 @@ def _intent_key(value: Any) -> Any:
     return (value.get("intent"), json.loads(data.get("key_rounds", "[]") or "[]"))
 
 
+def _identity(value: Any) -> Any:
+    return value
+
+
 def agreement(ours: list[Any], theirs: list[Any], kind: str, sources: list[str]) -> dict[str, Any]:
-    key = {"mapper": _mapper_key, "intent": _intent_key}.get(kind, lambda v: v)
+    key = {"mapper": _mapper_key, "intent": _intent_key}.get(kind, _identity)
+
+    def label(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return key(value)[0] if kind == "intent" else "rewritten"
+
     same = 0
     diffs: Counter = Counter()
     for o, t, s in zip(ours, theirs, sources, strict=True):
@@ -184,9 +194,6 @@ def agreement(ours: list[Any], theirs: list[Any], kind: str, sources: list[str])
         if key(o) == key(t):
             same += 1
         else:
-            label = lambda v: (
-                v if not isinstance(v, dict) else (key(v)[0] if kind == "intent" else "rewritten")
-            )  # noqa: E731
             diffs[(str(label(t)), str(label(o)), s)] += 1
     return {
         "agreement": same / max(len(ours), 1),

@@ -5,11 +5,15 @@ from __future__ import annotations
 import random
 
 import pytest
+from preprocessor_rows import LONG_Q, assistant, call, row, tool, user
 
 from twinkle_agentic.preprocessor import DeadLoopFilter
-from twinkle_agentic.preprocessor.dead_loop import HESITATION_VOCABS, has_cascade, hesitation_count, high_repetition
-
-from preprocessor_rows import LONG_Q, assistant, call, row, tool, user
+from twinkle_agentic.preprocessor.dead_loop import (
+    HESITATION_VOCABS,
+    has_cascade,
+    hesitation_count,
+    high_repetition,
+)
 
 F = DeadLoopFilter()
 WORDS = [f"word{i}" for i in range(400)]

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from preprocessor_rows import LONG_A, LONG_Q, assistant, call, row, system, tool, user
 
 from twinkle_agentic.preprocessor import HardFilter
 from twinkle_agentic.preprocessor.hard import is_simple_query
-
-from preprocessor_rows import LONG_A, LONG_Q, assistant, call, row, system, tool, user
 
 F = HardFilter()
 REPLY = "y" * 90

@@ -12,11 +12,16 @@ import pickle
 import numpy as np
 import pandas as pd
 import pytest
-
-from twinkle_agentic.preprocessor import HardFilter, MessageNormalizer, QualityPreprocessor, StepStats, merge_log_shards
-from twinkle_agentic.preprocessor.dropped_log import DroppedLog
-
 from preprocessor_rows import LONG_A, LONG_Q, assistant, user
+
+from twinkle_agentic.preprocessor import (
+    HardFilter,
+    MessageNormalizer,
+    QualityPreprocessor,
+    StepStats,
+    merge_log_shards,
+)
+from twinkle_agentic.preprocessor.dropped_log import DroppedLog
 
 GOOD = {"id": 1, "messages": [user(LONG_Q), assistant(LONG_A)]}
 TRIVIAL = {"id": 2, "messages": [user("hi"), assistant(LONG_A)]}

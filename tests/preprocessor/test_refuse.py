@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from preprocessor_rows import LONG_Q, assistant, row, user
 
 from twinkle_agentic.preprocessor import RefuseFilter
 from twinkle_agentic.preprocessor.refuse import is_refusal
-
-from preprocessor_rows import LONG_Q, assistant, row, user
 
 F = RefuseFilter()
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from preprocessor_rows import LONG_Q, assistant, row, user
 
 from twinkle_agentic.preprocessor import TokenSoupFilter
 from twinkle_agentic.preprocessor.token_soup import has_char_run, script_chaos
-
-from preprocessor_rows import LONG_Q, assistant, row, user
 
 F = TokenSoupFilter()
 BASE = "This is a perfectly normal sentence about the weather today. " * 3  # 183 characters
