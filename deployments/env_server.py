@@ -35,7 +35,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -57,7 +56,15 @@ from .common import (
     replica_deployment_config,
     resolve_token,
 )
-from .openenv_protocol import EnvSession, FactoryError, SessionTimeout, WSErrorCode, error_frame, schemas
+from .openenv_protocol import (
+    EnvSession,
+    FactoryError,
+    SessionTimeout,
+    WSErrorCode,
+    encode_frame,
+    error_frame,
+    schemas,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +214,8 @@ class EnvHost:
             return
         while True:
             try:
-                message = await asyncio.wait_for(websocket.receive(), limits.idle_timeout_s)
+                async with asyncio.timeout(limits.idle_timeout_s):
+                    message = await websocket.receive()
             except TimeoutError:
                 await _send(websocket, error_frame(
                     WSErrorCode.SESSION_ERROR, f"session idle for idle_timeout_s={limits.idle_timeout_s:g}s; closed"
@@ -251,7 +259,7 @@ class EnvHost:
 
 
 async def _send(websocket: Any, frame: dict[str, Any]) -> None:
-    await websocket.send_text(json.dumps(frame))
+    await websocket.send_text(encode_frame(frame))
 
 
 async def _send_quietly(websocket: Any, frame: dict[str, Any]) -> None:

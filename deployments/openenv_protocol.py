@@ -111,12 +111,9 @@ def error_frame(code: WSErrorCode, message: str, **extra: Any) -> dict[str, Any]
     return {"type": "error", "data": {"message": message, "code": code.value, **extra}}
 
 
-def _jsonable(value: Any) -> Any:
-    """``value`` as plain JSON types; anything JSON cannot carry becomes its ``str``."""
-    try:
-        return json.loads(json.dumps(value, default=str))
-    except (TypeError, ValueError):
-        return str(value)
+def encode_frame(frame: dict[str, Any]) -> str:
+    """JSON text of a frame; values JSON cannot carry (in an env's ``info``) become their ``str``."""
+    return json.dumps(frame, default=str)
 
 
 def _wire_reward(reward: Any) -> float | None:
@@ -132,7 +129,7 @@ def _wire_reward(reward: Any) -> float | None:
 def observation_frame(result: Any) -> dict[str, Any]:
     """Encode a ``StepResult`` (anything with observation/reward/done/info) as an observation frame."""
     info = getattr(result, "info", None) or {}
-    metadata = _jsonable(info) if isinstance(info, dict) else {"info": _jsonable(info)}
+    metadata = info if isinstance(info, dict) else {"info": info}
     data: dict[str, Any] = {
         "observation": {"result": str(result.observation), "metadata": metadata},
         "reward": _wire_reward(getattr(result, "reward", None)),
@@ -189,7 +186,8 @@ class EnvSession:
 
     async def _await(self, future: concurrent.futures.Future, fn: Any) -> Any:
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self._step_timeout_s)
+            async with asyncio.timeout(self._step_timeout_s):  # no extra task per call, unlike wait_for
+                return await asyncio.wrap_future(future)
         except TimeoutError:
             self.timed_out = not future.done()
             raise SessionTimeout(
@@ -257,7 +255,7 @@ class EnvSession:
             tools = await self._run(self.env.tools)
             return {
                 "type": "observation",
-                "data": {"observation": {"tools": _jsonable(tools), "metadata": {}}, "reward": None, "done": False},
+                "data": {"observation": {"tools": tools, "metadata": {}}, "reward": None, "done": False},
             }
         action = StepAction.model_validate(data)
         result = await self._run(self.env.step, action.tool_name, action.arguments)

@@ -23,7 +23,7 @@ from deployments.env_server import (  # noqa: E402
     env_server_app,
     make_env_app,
 )
-from deployments.openenv_protocol import observation_frame  # noqa: E402
+from deployments.openenv_protocol import encode_frame, observation_frame  # noqa: E402
 from twinkle_agentic.envs.base import StepResult  # noqa: E402
 
 
@@ -196,7 +196,7 @@ def test_token_guards_websocket_and_info_routes():
 
 
 def test_observation_frame_sanitises_reward_and_info():
-    frame = observation_frame(StepResult("x", reward=math.nan, info={"obj": object(), "n": 1}))
+    frame = json.loads(encode_frame(observation_frame(StepResult("x", reward=math.nan, info={"obj": object(), "n": 1}))))
     assert frame["data"]["reward"] is None
     assert frame["data"]["metadata"]["n"] == 1 and isinstance(frame["data"]["metadata"]["obj"], str)
     assert "metadata" not in observation_frame(StepResult("y", reward=True))["data"]
@@ -217,3 +217,38 @@ def test_config_errors_name_the_fix():
     with pytest.raises(DeploymentConfigError, match="max_ongoing_requests >= 6"):
         env_server_app(CounterEnv, user_config={"max_concurrent_envs": 4}, max_ongoing_requests=5)
     assert EnvLimits.from_user_config({"step_timeout_s": None}).step_timeout_s is None
+
+
+@pytest.fixture
+def uvicorn_env_url(free_port):
+    """The env app on a real socket (uvicorn in a thread), for clients that need one."""
+    import threading
+
+    import uvicorn
+
+    host = EnvHost(env_factory(CounterEnv, {}), EnvLimits(max_concurrent_envs=2), token="tok")
+    server = uvicorn.Server(uvicorn.Config(make_env_app(host), host="127.0.0.1", port=free_port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{free_port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_our_adapter_sends_the_token_and_reads_a_refusal_as_an_error(uvicorn_env_url):
+    from twinkle_agentic.envs.openenv import OpenEnv
+
+    env = OpenEnv(uvicorn_env_url, env_kwargs={"headers": {"Authorization": "Bearer tok"}})
+    try:
+        assert env.reset().observation == "count=0"
+        assert env.step("bump", {"by": 2}).observation == "count=2"
+    finally:
+        env.close()
+    refused = OpenEnv(uvicorn_env_url, retry_attempts=0)
+    result = refused.reset()
+    assert result.observation.startswith("Error: ") and result.done is True
+    refused.close()
