@@ -9,7 +9,7 @@ from preprocessor_rows import LONG_Q, assistant, call, row, tool, user
 
 from twinkle_agentic.preprocessor import DeadLoopFilter
 from twinkle_agentic.preprocessor.dead_loop import (
-    HESITATION_VOCABS,
+    HESITATION_RES,
     has_cascade,
     hesitation_count,
     high_repetition,
@@ -86,7 +86,7 @@ def test_anchor_bound_never_hides_markers():
         exact = hesitation_count(text)
         for limit in (0, 0.5, 1, 2, 5):
             assert (hesitation_count(text, limit) > limit) == (exact > limit), text
-    assert len(HESITATION_VOCABS) == 4  # one combined regex per language vocabulary
+    assert len(HESITATION_RES) == 4  # one combined regex per language vocabulary
 
 
 def stuck_response(text: str) -> str | None:

@@ -7,6 +7,7 @@ threshold; the n-gram pass hashes token ids with numpy instead of building tuple
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -35,54 +36,63 @@ def _join(fragments: tuple[str, ...], flags: int = 0) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{f})" for f in fragments), flags)
 
 
-# (regex, anchors, anchors are matched against casefolded text)
-HESITATION_VOCABS = (
-    (_join(EN_HESITATION, re.IGNORECASE), EN_HESITATION_ANCHORS, True),
-    (_join(ZH_HESITATION), ZH_HESITATION_ANCHORS, False),
-    (_join(JA_HESITATION), JA_HESITATION_ANCHORS, False),
-    (_join(KO_HESITATION), KO_HESITATION_ANCHORS, False),
-)
+LANGS = ("en", "zh", "ja", "ko")
+HESITATION_RES = {
+    "en": _join(EN_HESITATION, re.IGNORECASE),
+    "zh": _join(ZH_HESITATION),
+    "ja": _join(JA_HESITATION),
+    "ko": _join(KO_HESITATION),
+}
+HESITATION_ANCHORS = {
+    "en": EN_HESITATION_ANCHORS,
+    "zh": ZH_HESITATION_ANCHORS,
+    "ja": JA_HESITATION_ANCHORS,
+    "ko": KO_HESITATION_ANCHORS,
+}
+CASCADE_ANCHORS = {"en": EN_CASCADE_ANCHORS, "zh": ZH_CASCADE_ANCHORS}
+# Every anchor of a language contains a character of its script, so a script absent from the text
+# means none of its anchors (and none of its markers) can occur.
+_SCRIPT_PROBES = {
+    "en": re.compile("[A-Za-z\u0130\u0131\u017f\u212a]"),
+    "zh": re.compile("[\u4e00-\u9fff]"),
+    "ja": re.compile("[\u3040-\u30ff]"),
+    "ko": re.compile("[\uac00-\ud7a3]"),
+}
+_ALL_ANCHORS = {
+    lang: tuple(dict.fromkeys(HESITATION_ANCHORS[lang] + CASCADE_ANCHORS.get(lang, ()))) for lang in LANGS
+}
 CASCADE_RE = _join(CASCADE, re.IGNORECASE)
-_ASCII_LETTER = re.compile("[A-Za-z\u0130\u0131\u017f\u212a]")
 _DOTTED_I = ("\u0130", "\u0131")  # the letters re.IGNORECASE equates with "i" but casefold() does not
 
 
 class _Views:
-    """Lazily computed views of one segment shared by the checks."""
+    """One segment plus its anchor counts per language, computed once and shared by the checks."""
 
-    __slots__ = ("text", "_folded", "_has_latin")
+    __slots__ = ("text", "_counts")
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self._folded: str | None = None
-        self._has_latin: bool | None = None
+        self._counts: dict[str, dict[str, int]] = {}
 
-    @property
-    def has_latin(self) -> bool:
-        if self._has_latin is None:
-            self._has_latin = self.text.isascii() or _ASCII_LETTER.search(self.text) is not None
-        return self._has_latin
+    def counts(self, lang: str) -> dict[str, int]:
+        found = self._counts.get(lang)
+        if found is None:
+            text = self.text
+            if lang == "en":
+                present = text.isascii() or _SCRIPT_PROBES["en"].search(text) is not None
+                if present:
+                    text = text.casefold()
+                    if not self.text.isascii() and any(c in self.text for c in _DOTTED_I):
+                        text = text.replace("i\u0307", "i").replace("\u0131", "i")
+            else:
+                present = not text.isascii() and _SCRIPT_PROBES[lang].search(text) is not None
+            found = {a: text.count(a) for a in _ALL_ANCHORS[lang]} if present else {}
+            self._counts[lang] = found
+        return found
 
-    @property
-    def folded(self) -> str:
-        if self._folded is None:
-            folded = self.text.casefold()
-            if not self.text.isascii() and any(c in self.text for c in _DOTTED_I):
-                folded = folded.replace("i\u0307", "i").replace("\u0131", "i")
-            self._folded = folded
-        return self._folded
-
-
-def _anchor_bound(view: _Views, anchors: tuple[str, ...], folded: bool) -> int:
-    if folded:
-        if not view.has_latin:
-            return 0
-        haystack = view.folded
-    else:
-        if view.text.isascii():
-            return 0
-        haystack = view.text
-    return sum(haystack.count(a) for a in anchors)
+    def bound(self, lang: str, anchors: tuple[str, ...]) -> int:
+        counts = self.counts(lang)
+        return sum(counts[a] for a in anchors) if counts else 0
 
 
 def hesitation_count(text: str | _Views, limit: float | None = None) -> int:
@@ -91,23 +101,20 @@ def hesitation_count(text: str | _Views, limit: float | None = None) -> int:
     With ``limit``, returns early with a bound ``<= limit`` when the count cannot exceed it.
     """
     view = text if isinstance(text, _Views) else _Views(text)
-    text = view.text
-    bounds = [_anchor_bound(view, anchors, folded) for _, anchors, folded in HESITATION_VOCABS]
-    if limit is not None and sum(bounds) <= limit:
-        return sum(bounds)
-    return sum(len(rx.findall(text)) for (rx, _, _), b in zip(HESITATION_VOCABS, bounds, strict=True) if b)
+    bounds = {lang: view.bound(lang, HESITATION_ANCHORS[lang]) for lang in LANGS}
+    if limit is not None and sum(bounds.values()) <= limit:
+        return sum(bounds.values())
+    return sum(len(HESITATION_RES[lang].findall(view.text)) for lang, b in bounds.items() if b)
 
 
 def has_cascade(text: str | _Views, threshold: int, window: int) -> bool:
     """``threshold`` (>= 1) consecutive correction-marker starts within ``window`` characters."""
     view = text if isinstance(text, _Views) else _Views(text)
-    text = view.text
     if threshold <= 1:
-        return CASCADE_RE.search(text) is not None
-    bound = _anchor_bound(view, EN_CASCADE_ANCHORS, True) + _anchor_bound(view, ZH_CASCADE_ANCHORS, False)
-    if bound < threshold:
+        return CASCADE_RE.search(view.text) is not None
+    if view.bound("en", EN_CASCADE_ANCHORS) + view.bound("zh", ZH_CASCADE_ANCHORS) < threshold:
         return False
-    starts = [m.start() for m in CASCADE_RE.finditer(text)]
+    starts = [m.start() for m in CASCADE_RE.finditer(view.text)]
     span = threshold - 1
     return any(starts[i + span] - starts[i] <= window for i in range(len(starts) - span))
 
@@ -146,10 +153,8 @@ def repetition_ratio(tokens: list[str] | str, n: int) -> float:
     if isinstance(tokens, str):
         ids = np.frombuffer(tokens.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
     else:
-        index: dict[str, int] = {w: i for i, w in enumerate(dict.fromkeys(tokens))}
-        if len(index) == len(tokens):
-            return 0.0
-        ids = np.fromiter(map(index.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
+        # equal words get equal ids: setdefault keeps the first id it was offered
+        ids = np.fromiter(map({}.setdefault, tokens, itertools.count()), dtype=np.uint64, count=len(tokens))
     return 1.0 - _distinct_ngrams(ids, n) / total
 
 

@@ -24,6 +24,7 @@ from .vocab.intent import (
     DISSATISFACTION_ZH,
     LOGIC_MARKERS,
     MATH_PATTERNS,
+    MATH_SYMBOLS,
     REASONING_MIN_CHARS,
 )
 
@@ -39,6 +40,37 @@ NO_KEY_ROUNDS = "no_key_rounds"
 
 def _join(fragments: Sequence[str], flags: int = 0) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{f})" for f in fragments), flags)
+
+
+_LEADING_CLASSES = {r"\d": "0123456789", "[a-z]": "abcdefghijklmnopqrstuvwxyz"}
+
+
+def _literal_first(fragment: str) -> list[str]:
+    """Rewrite a fragment so it starts with a literal: ``\\bword`` -> ``w(?<!\\w.)ord``, classes expanded."""
+    if not fragment.startswith(r"\b"):
+        return [fragment]
+    body = fragment[2:]
+    for cls, chars in _LEADING_CLASSES.items():
+        if body.startswith(cls):
+            return [f"{c}(?<!\\w.){body[len(cls):]}" for c in chars]
+    if body[:1].isalnum():
+        return [f"{body[0]}(?<!\\w.){body[1:]}"]
+    return [fragment]
+
+
+def _fast_join(fragments: Sequence[str], flags: int = 0) -> re.Pattern[str]:
+    """One alternation whose branches start with distinct literals, grouped by that first character.
+
+    The engine then jumps straight to candidate characters and tries one branch there, instead of
+    trying every alternative at every position.
+    """
+    groups: dict[str, list[str]] = {}
+    for fragment in fragments:
+        for alt in _literal_first(fragment):
+            head = alt[:2] if alt.startswith("\\") else alt[0]
+            groups.setdefault(head, []).append(alt[len(head) :])
+    branches = [head + (f"(?:{'|'.join(tails)})" if len(tails) > 1 else tails[0]) for head, tails in groups.items()]
+    return re.compile("|".join(branches), flags)
 
 
 def _visible(message: dict) -> str:
@@ -79,6 +111,7 @@ class RegexDetector(IntentDetector):
 
     pattern: re.Pattern[str]
     assistant_only = False
+    lowercase = False  # match lower() text (case-insensitive without re.IGNORECASE, which is slow)
 
     def __init__(self, threshold: int) -> None:
         if threshold < 1:
@@ -86,6 +119,8 @@ class RegexDetector(IntentDetector):
         self.threshold = threshold
 
     def matches(self, text: str) -> bool:
+        if self.lowercase:
+            text = text.lower()
         hits = itertools.islice(self.pattern.finditer(text), self.threshold)
         return sum(1 for _ in hits) >= self.threshold
 
@@ -110,7 +145,7 @@ class CodeDetector(RegexDetector):
     """A fenced block with >= 10 characters inside, or >= ``threshold`` code keyword hits."""
 
     intent = INTENT_CODE
-    pattern = _join(CODE_KEYWORDS)
+    pattern = _fast_join(CODE_KEYWORDS)
     fence = re.compile(CODE_FENCE, re.DOTALL)
 
     def __init__(self, threshold: int = 3) -> None:
@@ -126,7 +161,17 @@ class MathDetector(RegexDetector):
     """>= ``threshold`` hits of LaTeX, math symbols, equations or math vocabulary."""
 
     intent = INTENT_MATH
-    pattern = _join(MATH_PATTERNS, re.IGNORECASE)
+    pattern = _fast_join(MATH_PATTERNS)
+    symbols = re.compile(f"[{MATH_SYMBOLS}]")  # a separate character-class scan is far cheaper
+    lowercase = True
+
+    def matches(self, text: str) -> bool:
+        symbol_hits = sum(1 for _ in itertools.islice(self.symbols.finditer(text), self.threshold))
+        if symbol_hits >= self.threshold:
+            return True
+        text = text.lower()
+        rest = itertools.islice(self.pattern.finditer(text), self.threshold - symbol_hits)
+        return symbol_hits + sum(1 for _ in rest) >= self.threshold
 
     def __init__(self, threshold: int = 4) -> None:
         super().__init__(threshold)
@@ -136,7 +181,8 @@ class ComplexLogicDetector(RegexDetector):
     """>= ``threshold`` discourse markers (ZH/EN) in an assistant message."""
 
     intent = INTENT_COMPLEX_LOGIC
-    pattern = _join(LOGIC_MARKERS, re.IGNORECASE | re.DOTALL)
+    pattern = _fast_join(LOGIC_MARKERS, re.DOTALL)
+    lowercase = True
     assistant_only = True
 
     def __init__(self, threshold: int = 6) -> None:

@@ -6,7 +6,7 @@ import re
 
 from .base import INVALID_MESSAGES, Filter
 from .text import message_text, messages_of, strip_think
-from .vocab.refuse import PATTERNS
+from .vocab.refuse import ANCHORS, EN_ANCHORS, PATTERNS
 
 REFUSAL = "refusal"
 REFUSAL_RE = re.compile("|".join(f"(?:{p})" for p in PATTERNS), re.IGNORECASE | re.DOTALL)
@@ -16,7 +16,11 @@ def is_refusal(text: str, check_window: int = 600) -> bool:
     """True when ``text[:check_window]`` holds a self-referential refusal (EN, ZH, JA, KO)."""
     if check_window <= 0 or not text:
         return False
-    return REFUSAL_RE.search(text[:check_window]) is not None
+    window = text[:check_window]
+    folded = " ".join(window.casefold().split())
+    if not any(a in folded for a in (EN_ANCHORS if window.isascii() else ANCHORS)):
+        return False
+    return REFUSAL_RE.search(window) is not None
 
 
 class RefuseFilter(Filter):

@@ -49,10 +49,12 @@ SCRIPT_RANGES = {
 _SCRIPT_RUN = re.compile(
     "|".join(f"[{r}]+" for r in SCRIPT_RANGES.values()) + "|[^" + "".join(SCRIPT_RANGES.values()) + "]+"
 )
-_ALNUM_RUN = re.compile(r"[^\W_]+")  # exactly the characters for which str.isalnum() is True
+_NOT_ALNUM = re.compile(r"[\W_]+")  # the complement of the characters for which str.isalnum() is True
 
 
 def _class_count(run_re: re.Pattern[str], text: str) -> int:
+    if run_re.search(text) is None:  # the common case: one scan, nothing allocated
+        return 0
     return sum(map(len, run_re.findall(text)))
 
 
@@ -80,7 +82,7 @@ def has_char_run(text: str, min_run: int = RUN_MIN) -> bool:
 
 def script_chaos(text: str, min_chars: int = 40) -> float:
     """Share of adjacent letter/number pairs whose scripts differ (0 below ``min_chars`` of them)."""
-    chars = "".join(_ALNUM_RUN.findall(text))
+    chars = _NOT_ALNUM.sub("", text)
     n = len(chars)
     if n < min_chars or n < 2 or chars.isascii():
         return 0.0
@@ -129,9 +131,15 @@ class TokenSoupFilter(Filter):
         n = len(text)
         if not n:
             return False
-        if self.replacement_char_ratio is not None and text.count(REPLACEMENT_CHAR) / n > self.replacement_char_ratio:
+        if (
+            self.replacement_char_ratio is not None
+            and text.count(REPLACEMENT_CHAR) / n > self.replacement_char_ratio
+        ):
             return True
-        if self.control_char_ratio is not None and _class_count(CONTROL_RUN, text) / n > self.control_char_ratio:
+        if (
+            self.control_char_ratio is not None
+            and _class_count(CONTROL_RUN, text) / n > self.control_char_ratio
+        ):
             return True
         ascii_only = text.isascii()
         if (

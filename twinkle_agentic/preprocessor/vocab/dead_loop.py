@@ -100,5 +100,5 @@ EN_CASCADE = (
 ZH_CASCADE = (r"等等", r"不对", r"重新", r"错了", r"嗯{2,}", r"让我再")
 
 CASCADE = EN_CASCADE + ZH_CASCADE
-EN_CASCADE_ANCHORS = ("wait", "actually", "hmm", "wrong", "made a")
+EN_CASCADE_ANCHORS = ("wait", "actually", "hmm", "wrong", "made")
 ZH_CASCADE_ANCHORS = ("等等", "不对", "重新", "错了", "嗯嗯", "让我再")

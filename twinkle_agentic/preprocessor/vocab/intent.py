@@ -1,4 +1,10 @@
-"""IntentClassifier: what each detector counts. Every list is joined into one regex per detector."""
+"""IntentClassifier: what each detector counts. Every list is joined into one regex per detector.
+
+Fragments start with a literal, ``\\b`` + a literal, or ``\\b`` + ``\\d``/``[a-z]``; the classifier
+rewrites the leading ``\\b`` into a look-behind after the first character and expands leading classes,
+so every alternative starts with a literal and the regex engine can skip to candidate characters.
+Math and logic match lowercased text.
+"""
 
 # Code: a fenced block with >= 10 characters inside counts at once; otherwise keyword hits.
 CODE_FENCE = r"```(?:(?!```).){10,}?```"
@@ -7,7 +13,9 @@ CODE_KEYWORDS = (
     r"\bclass\s+\w+",
     r"\bimport\s+[\w.]+",
     r"\bfunction\s+\w*\s*\(",
-    r"\b(?:const|let|var)\s+\w+\s*=",
+    r"\bconst\s+\w+\s*=",
+    r"\blet\s+\w+\s*=",
+    r"\bvar\s+\w+\s*=",
     r"\breturn\s+[\w(\[{\"'-]",
     r"\bif\s*\(",
     r"#include\s*<\w",
@@ -17,28 +25,33 @@ CODE_KEYWORDS = (
     r"\bfn\s+\w+",
     r"\bprintln!?\s*\(",
     r"\bconsole\.log\b",
-    r"\b\w+\([^()\n]*\)\s*\{",  # name(...) {
+    r"\((?<=\w\()[^()\n]*\)\s*\{",  # name(...) {
     r"=>\s*\{",
     r"->\s*[A-Za-z_][\w\[\], ]*",  # -> Type
 )
 
-# Math: notation and vocabulary.
+# Math: notation and vocabulary (matched against lowercased text); symbols are one character class.
+MATH_SYMBOLS = "∑∫∏√∞≈≠≤≥±∂∇∈∉⊂⊆∪∩∀∃αβγδεζηθικλμνξπρστυφχψω⁰¹²³⁴⁵⁶⁷⁸⁹₀₁₂₃₄₅₆₇₈₉½⅓⅔¼¾⅕⅛"
+MATH_WORDS_EN = (
+    "equation", "derivative", "integral", "theorem", "lemma", "proof", "polynomial", "matrix",
+    "vector", "probability", "logarithm",
+)  # fmt: skip
+MATH_WORDS_ZH = ("方程", "导数", "积分", "定理", "证明", "函数", "概率", "矩阵", "向量", "求解", "多项式", "不等式")
 MATH_PATTERNS = (
-    r"\$\$[^$]+\$\$|\$[^$\n]+\$",  # inline / display LaTeX
+    r"\$\$[^$]+\$\$",  # display LaTeX
+    r"\$[^$\n]+\$",  # inline LaTeX
     r"\\(?:frac|sqrt|sum|int|prod|lim|alpha|beta|gamma|delta|theta|lambda|sigma|pi|infty|cdot|times|leq|geq|neq|partial)\b",
-    r"[∑∫∏√∞≈≠≤≥±∂∇∈∉⊂⊆∪∩∀∃]",
-    r"[αβγδεζηθικλμνξπρστυφχψωΔΣΩΠΘΛ]",
-    r"[⁰¹²³⁴⁵⁶⁷⁸⁹₀₁₂₃₄₅₆₇₈₉]",
-    r"[½⅓⅔¼¾⅕⅛]",
     r"\b\d+(?:\.\d+)?\s*[-+*/×÷^]\s*\d+(?:\.\d+)?\s*=\s*-?\d+(?:\.\d+)?",  # a op b = c
     r"\b\d+(?:\s*,\s*\d+){3,}",  # four or more comma-separated integers
-    r"\b[a-z]\s*=\s*-\s*\d+",  # x = -3
-    r"\b(?:equation|derivative|integral|theorem|lemma|proof|polynomial|matrix|vector|probability|logarithm)s?\b",
-    r"(?:方程|导数|积分|定理|证明|函数|概率|矩阵|向量|求解|多项式|不等式)",
-    r"[_^]\{[^{}\n]*\}",
+    r"=(?<=\b[a-z]=)\s*-\s*\d+",  # x=-3 (anchored on "=": a letter-first branch would make every
+    r"=(?<=\b[a-z] =)\s*-\s*\d+",  # letter a candidate); x = -3
+    *(rf"\b{w}s?\b" for w in MATH_WORDS_EN),
+    *MATH_WORDS_ZH,
+    r"_\{[^{}\n]*\}",
+    r"\^\{[^{}\n]*\}",
 )
 
-# Complex logic: discourse markers (assistant messages only).
+# Complex logic: discourse markers (assistant messages only; lowercased text).
 LOGIC_MARKERS = (
     r"首先.{0,200}?其次",
     r"如果.{0,100}?那么",

@@ -88,3 +88,18 @@ KO_PATTERNS = (
 )
 
 PATTERNS = EN_PATTERNS + ZH_PATTERNS + JA_PATTERNS + KO_PATTERNS
+
+# Gate: every pattern above contains one of these literals (in casefolded text whose whitespace runs
+# are collapsed to one space), so a window holding none of them cannot match and skips the regex.
+EN_ANCHORS = (
+    "can't", "cannot", "unable", "not able", "won't", "will not", "decline", "refuse", "not allowed",
+    "not permitted", "not authorized", "not comfortable", "sorry", "apologize", "unfortunately",
+    "regret", "violate", "goes against", "not appropriate", "inappropriate", "outside", "beyond",
+)  # fmt: skip
+ZH_ANCHORS = (
+    "抱歉", "对不起", "我无法", "我不能", "我不可以", "我没有办法", "我不便", "我不适合", "我不被",
+    "违反", "不当", "不合适", "超出", "作为",
+)  # fmt: skip
+JA_ANCHORS = ("できません", "お断り", "辞退")
+KO_ANCHORS = ("죄송하지만", "유감스럽게도", "드리기", "하기", "거절", "거부", "응할")
+ANCHORS = EN_ANCHORS + ZH_ANCHORS + JA_ANCHORS + KO_ANCHORS
