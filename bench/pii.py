@@ -10,6 +10,8 @@ chat data, plus a repeated tool output) go through
 * naive: per message, Presidio's ``AnalyzerEngine.analyze`` (full spaCy pipeline, same recognizers,
   no Chinese NER) + ``AnonymizerEngine.anonymize`` with Faker custom operators;
 * filter: ``PIIPresidioFilter()(rows)`` in batches, measured cold (empty cache) in the same run.
+Two workloads: ``all`` (the conversations) and ``unique`` (each distinct message once, so neither
+the cache nor repeated system prompts help). Each side's best of ``--rounds`` runs is kept.
 
 Run: python bench/pii.py [--rows 150] [--batch 64] [--json]
 """
@@ -46,8 +48,8 @@ def group(entity: str) -> str:
     return GROUPS.get(entity, entity)
 
 
-def load_eval() -> list[dict]:
-    with open(EVAL_SET, encoding="utf-8") as f:
+def load_eval(path: Path = EVAL_SET) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
@@ -175,7 +177,7 @@ def git_sha() -> str:
         return "unknown"
 
 
-def throughput(rows: list[dict], batch: int) -> dict:
+def throughput(rows: list[dict], batch: int, rounds: int) -> dict:
     from twinkle_agentic.preprocessor.pii import PIIPresidioFilter
     from twinkle_agentic.preprocessor.pii.analyzer import LruCache
 
@@ -196,16 +198,18 @@ def throughput(rows: list[dict], batch: int) -> dict:
                     unique.append({"id": len(unique), "messages": [{"role": "user", "content": m["content"]}]})
             use_rows = unique
         n = sum(len(r["messages"]) for r in use_rows)
-        analyzer.cache = LruCache(analyzer.cache.max_entries)  # cold cache
-        t0 = time.perf_counter()
-        for s in range(0, len(use_rows), batch):
-            pii(use_rows[s : s + batch])
-        ours = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for r in use_rows:
-            for m in r["messages"]:
-                naive(m["content"])
-        base = time.perf_counter() - t0
+        ours = base = float("inf")
+        for _ in range(rounds):  # best of N: the machine is shared, take each side's least-disturbed run
+            analyzer.cache = LruCache(analyzer.cache.max_entries)  # cold cache every round
+            t0 = time.perf_counter()
+            for s in range(0, len(use_rows), batch):
+                pii(use_rows[s : s + batch])
+            ours = min(ours, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for r in use_rows:
+                for m in r["messages"]:
+                    naive(m["content"])
+            base = min(base, time.perf_counter() - t0)
         results[label] = {
             "messages": n,
             "naive_msgs_per_s": n / base,
@@ -217,15 +221,17 @@ def throughput(rows: list[dict], batch: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--eval", type=Path, default=EVAL_SET, help="labelled set (default: the committed one)")
     parser.add_argument("--rows", type=int, default=150, help="conversations for the throughput run")
     parser.add_argument("--batch", type=int, default=64, help="rows per filter call")
+    parser.add_argument("--rounds", type=int, default=2, help="timed rounds per side (best is kept)")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--json", action="store_true", help="also print one JSON record")
     args = parser.parse_args(argv)
 
     from twinkle_agentic.preprocessor.pii import PIIPresidioFilter
 
-    records = load_eval()
+    records = load_eval(args.eval)
     pii = PIIPresidioFilter()
     pii.warmup()
     predictions = pii._analyzer().analyze([r["text"] for r in records])
@@ -233,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     out_rows, _ = pii([{"messages": [{"role": "user", "content": r["text"]}]} for r in records])
     leaked = leaks(records, [r["messages"][0]["content"] for r in out_rows])
 
-    print(f"PII eval: {len(records)} texts ({EVAL_SET.relative_to(ROOT)})")
+    print(f"PII eval: {len(records)} texts ({args.eval})")
     print(f"{'entity':16} {'gold':>5} {'pred':>5} {'precision':>9} {'recall':>7} {'exact_R':>7}")
     for entity, row in table.items():
         p = "-" if row["precision"] is None else f"{row['precision']:.3f}"
@@ -247,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"quality": table, "leaks": len(leaked)}
     if not args.skip_throughput:
         rows = build_rows(records, args.rows)
-        speed = throughput(rows, args.batch)
+        speed = throughput(rows, args.batch, args.rounds)
         print(f"\n{'workload':8} {'messages':>8} {'naive msg/s':>12} {'filter msg/s':>13} {'ratio':>6}")
         for label, row in speed.items():
             print(f"{label:8} {row['messages']:>8} {row['naive_msgs_per_s']:>12.1f} {row['filter_msgs_per_s']:>13.1f} "

@@ -150,7 +150,7 @@ def test_second_pass_never_rewrites_a_replacement(pii_filter, eval_records):
 
 def test_pattern_only_second_pass_is_identical(eval_records):
     step = PIIPresidioFilter(use_ner=False)
-    rows = [{"messages": [{"role": "user", "content": r["text"]}]} for r in eval_records]
+    rows = [{"messages": [{"role": "user", "content": r["text"]}]} for r in eval_records[::3]]
     once, _ = step(rows)
     assert step(once)[0] == once
 

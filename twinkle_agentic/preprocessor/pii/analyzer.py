@@ -35,9 +35,9 @@ from .entities import (
     NER_ENTITIES,
     SCORES,
     SPACY_LABELS,
+    ZH_TEXT_CJK_RATIO,
 )
 
-ZH_TEXT_CJK_RATIO = 0.15
 CACHE_MAX_ENTRIES = 16384
 CACHE_MAX_TEXT_CHARS = 8192
 NLP_BATCH_SIZE = 64
@@ -144,6 +144,16 @@ class LruCache:
         return len(self._data)
 
 
+# Cue words: ASCII ones must start a word ("tel" in "tel:" or "telephone", not in "hotel"),
+# CJK ones match anywhere.
+_CUES = {
+    entity: re.compile(
+        "|".join(rf"\b{re.escape(c)}" if c.isascii() else re.escape(c) for c in cues), re.IGNORECASE
+    )
+    for entity, cues in CONTEXT_CUES.items()
+}
+
+
 def _blank(match: re.Match) -> str:
     return " " * len(match.group())
 
@@ -224,6 +234,7 @@ class PiiAnalyzer:
 
     def _build_engine(self) -> None:
         from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+        from presidio_analyzer.context_aware_enhancers import LemmaContextAwareEnhancer
         from presidio_analyzer.nlp_engine import NerModelConfiguration, SpacyNlpEngine
         from presidio_analyzer.predefined_recognizers import SpacyRecognizer
 
@@ -269,8 +280,12 @@ class PiiAnalyzer:
             supported = {e for r in lang_recognizers for e in r.supported_entities}
             self.presidio_entities[lang] = tuple(e for e in cfg.entities if e in supported)
         registry = RecognizerRegistry(recognizers=recognizers, supported_languages=list(cfg.languages))
+        # Whole-word context matching: Presidio's default substring mode finds "tel" in "approximately".
         self.engine = AnalyzerEngine(
-            registry=registry, nlp_engine=self.nlp_engine, supported_languages=list(cfg.languages)
+            registry=registry,
+            nlp_engine=self.nlp_engine,
+            supported_languages=list(cfg.languages),
+            context_aware_enhancer=LemmaContextAwareEnhancer(context_matching_mode="whole_word"),
         )
         for recognizer in recognizers:
             recognizer.load()
@@ -395,8 +410,8 @@ class PiiAnalyzer:
 
     @staticmethod
     def _with_context(text: str, span: Span) -> Span:
-        before = text[max(0, span.start - CONTEXT_WINDOW_CHARS) : span.start].casefold()
-        if any(cue in before for cue in CONTEXT_CUES[span.entity]):
+        before = text[max(0, span.start - CONTEXT_WINDOW_CHARS) : span.start]
+        if _CUES[span.entity].search(before):
             return Span(span.entity, span.start, span.end, min(1.0, span.score + CONTEXT_BOOST))
         return span
 

@@ -45,6 +45,8 @@ LAC_LABELS: dict[str, str] = {"PER": "PERSON", "LOC": "LOCATION", "ORG": "ORGANI
 
 MIN_SPAN_LENGTH: dict[str, int] = {"EMAIL_ADDRESS": 5, "PERSON": 2}
 DEFAULT_MIN_SPAN_LENGTH = 3
+# A text is Chinese (locale zh_CN, spaCy "zh") when more than this share of it is CJK.
+ZH_TEXT_CJK_RATIO = 0.15
 # Chinese places are often two characters (北京, 上海), like two-character names.
 MIN_CJK_SPAN_LENGTH: dict[str, int] = {"LOCATION": 2}
 

@@ -18,14 +18,13 @@ from typing import Any
 from ..base import Mapper
 from ..batch import to_rows
 from ..text import cjk_ratio
-from .entities import DEFAULT_ENTITIES, KNOWN_ENTITIES, STRATEGIES
+from .entities import DEFAULT_ENTITIES, KNOWN_ENTITIES, STRATEGIES, ZH_TEXT_CJK_RATIO
 from .fakes import FakeMaker
 from .rewrite import rewrite_row
 from .strategies import rewrite_text
 
 LANGUAGES = ("en", "zh")
 ROLES = ("system", "user", "assistant", "tool")
-ZH_TEXT_CJK_RATIO = 0.15
 
 
 class PIIConfigError(ValueError):
