@@ -80,9 +80,10 @@ def per_row(step, rows, kind):
             res.append("EXC:" + type(exc).__name__)
     return res
 
-job = json.load(open(sys.argv[1], encoding="utf-8"))
-rows, results = job["rows"], {}
-for spec in job["steps"]:
+raw = open(sys.argv[1], encoding="utf-8").read()
+steps, results = json.loads(raw)["steps"], {}
+for spec in steps:
+    rows = json.loads(raw)["rows"]  # a fresh copy per step: a step may mutate its input in place
     name, kind = spec["name"], spec.get("kind", "filter")
     if kind == "pipeline":
         step = up.QualityPreprocessor([getattr(up, s)(**kw) for s, kw in spec["steps"]])

@@ -8,23 +8,17 @@ Math and logic match lowercased text.
 
 # Code: a fenced block with >= 10 characters inside counts at once; otherwise keyword hits.
 CODE_FENCE = r"```(?:(?!```).){10,}?```"
+CODE_WORDS = (
+    "def", "class", "import", "function", "const", "let", "var", "return", "async", "await", "fn",
+    "static", "void", "struct",
+)  # fmt: skip
 CODE_KEYWORDS = (
-    r"\bdef\s+\w+",
-    r"\bclass\s+\w+",
-    r"\bimport\s+[\w.]+",
-    r"\bfunction\s+\w*\s*\(",
-    r"\bconst\s+\w+\s*=",
-    r"\blet\s+\w+\s*=",
-    r"\bvar\s+\w+\s*=",
-    r"\breturn\s+[\w(\[{\"'-]",
-    r"\bif\s*\(",
-    r"#include\s*<\w",
-    r"\basync\s+\w+",
-    r"\bawait\s+\w+",
-    r"\blambda\b[^:\n]{0,40}:",
-    r"\bfn\s+\w+",
-    r"\bprintln!?\s*\(",
+    *(rf"\b{w}\s+\w" for w in CODE_WORDS),  # a keyword followed by a name
+    r"\blambda\b",
+    r"\bprintln\b",
     r"\bconsole\.log\b",
+    r"\bif\s*\(",
+    r"#include\s*[<\"]",
     r"\((?<=\w\()[^()\n]*\)\s*\{",  # name(...) {
     r"=>\s*\{",
     r"->\s*[A-Za-z_][\w\[\], ]*",  # -> Type
@@ -36,7 +30,10 @@ MATH_WORDS_EN = (
     "equation", "derivative", "integral", "theorem", "lemma", "proof", "polynomial", "matrix",
     "vector", "probability", "logarithm",
 )  # fmt: skip
-MATH_WORDS_ZH = ("方程", "导数", "积分", "定理", "证明", "函数", "概率", "矩阵", "向量", "求解", "多项式", "不等式")
+MATH_WORDS_ZH = (
+    "方程", "导数", "积分", "概率", "矩阵", "向量", "求解", "多项式", "不等式", "求导", "极限", "微分",
+    "面积", "体积", "平方", "根号", "系数",
+)  # fmt: skip
 MATH_PATTERNS = (
     r"\$\$[^$]+\$\$",  # display LaTeX
     r"\$[^$\n]+\$",  # inline LaTeX
