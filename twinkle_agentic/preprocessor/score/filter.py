@@ -135,6 +135,8 @@ class ScoreFilter:
             if callable(attach):
                 attach(self.backend)
             if scorer.requires_backend and getattr(scorer, "backend", None) is None:
+                if self.backend is not None:
+                    raise ValueError(f"scorer {scorer.name!r} needs a backend but has no attach(backend) to take the filter's")
                 raise ValueError(
                     f"scorer {scorer.name!r} needs a model backend: pass ScoreFilter(backend=...) "
                     "(a SamplerBackend/OpenAIBackend, a sampler with template=, or a config such as "
