@@ -35,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", help="vLLM dtype (float32 is safe on every CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pass-n", type=int, default=4, help="samples per round for PassNScorer")
-    p.add_argument("--repeats", type=int, default=3, help="alternating runs of each batching mode (best kept)")
+    p.add_argument(
+        "--repeats", type=int, default=3, help="alternating runs of each batching mode (best kept)"
+    )
     p.add_argument("--json-out", default=None, help="append the JSON record to this file")
     return p
 
@@ -53,8 +55,14 @@ def single_round_rows(n: int, seed: int) -> list[dict[str, Any]]:
         messages = dialogue["messages"]
         for idx, message in enumerate(messages):
             if message.get("role") == "assistant" and idx > 0 and len(rows) < n:
-                rows.append({"id": f"d{len(rows)}", "messages": messages[: idx + 1], "tools": dialogue["tools"],
-                             "user_data": [("key_rounds", pack_value([idx]))]})
+                rows.append(
+                    {
+                        "id": f"d{len(rows)}",
+                        "messages": messages[: idx + 1],
+                        "tools": dialogue["tools"],
+                        "user_data": [("key_rounds", pack_value([idx]))],
+                    }
+                )
     return rows
 
 
@@ -64,8 +72,15 @@ def long_answer_rows(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]
     out = []
     for i in range(n):
         answer = " ".join(texts[(i * 6 + k) % len(texts)] for k in range(6))
-        out.append({"id": f"p{i}", "messages": [{"role": "user", "content": "Summarise what you found."},
-                                                {"role": "assistant", "content": answer}]})
+        out.append(
+            {
+                "id": f"p{i}",
+                "messages": [
+                    {"role": "user", "content": "Summarise what you found."},
+                    {"role": "assistant", "content": answer},
+                ],
+            }
+        )
     return out
 
 
@@ -82,8 +97,9 @@ def timed(f: Any, rows: list[dict[str, Any]]) -> float:
 
 def git_sha() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -148,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         f(warm if name not in ("paraphrase", "pass_n") else data[:2])
         seconds = timed(f, data)
         rate = len(data) / seconds
-        results["per_scorer"][name] = {"rounds": len(data), "seconds": round(seconds, 3), "rounds_per_s": round(rate, 2)}
+        results["per_scorer"][name] = {
+            "rounds": len(data),
+            "seconds": round(seconds, 3),
+            "rounds_per_s": round(rate, 2),
+        }
         print(f"{name:<12}{len(data):>8}{seconds:>10.2f}{rate:>11.1f}", flush=True)
 
     f = ScoreFilter(["chr_min", "sifd"], backend=backend, max_prompt_tokens=512)
@@ -171,11 +191,18 @@ def main(argv: list[str] | None = None) -> int:
         "batched_runs_s": [round(t, 3) for t in batch_times],
         "max_score_gap": gap,
     }
-    print(f"\nchr_min+sifd over {len(rows)} rounds: one round at a time {loop_s:.2f}s "
-          f"({len(rows) / loop_s:.1f} rounds/s), batched {batch_s:.2f}s ({len(rows) / batch_s:.1f} rounds/s), "
-          f"speedup x{ratio:.2f}; largest score difference {gap:.2e}")
+    print(
+        f"\nchr_min+sifd over {len(rows)} rounds: one round at a time {loop_s:.2f}s "
+        f"({len(rows) / loop_s:.1f} rounds/s), batched {batch_s:.2f}s ({len(rows) / batch_s:.1f} rounds/s), "
+        f"speedup x{ratio:.2f}; largest score difference {gap:.2e}"
+    )
 
-    record = {"bench": "scorers", "params": vars(args) | {"model": model}, "git_sha": git_sha(), "results": results}
+    record = {
+        "bench": "scorers",
+        "params": vars(args) | {"model": model},
+        "git_sha": git_sha(),
+        "results": results,
+    }
     print(json.dumps(record))
     if args.json_out:
         with open(args.json_out, "a", encoding="utf-8") as fh:

@@ -70,7 +70,9 @@ class ScriptedOpenAI:
                 self.wfile.write(data)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -112,20 +114,46 @@ class ScriptedOpenAI:
             for k in range(1, len(ids)):
                 lp = self.logprob(ids[:k], ids[k])
                 entries.append({str(ids[k]): {"logprob": lp, "rank": 1, "decoded_token": chr(ids[k])}})
-            choices.append({"index": index, "text": "x", "logprobs": None, "finish_reason": "length",
-                            "prompt_logprobs": entries, "prompt_token_ids": ids})
-        return {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": body["model"],
-                "choices": choices, "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+            choices.append(
+                {
+                    "index": index,
+                    "text": "x",
+                    "logprobs": None,
+                    "finish_reason": "length",
+                    "prompt_logprobs": entries,
+                    "prompt_token_ids": ids,
+                }
+            )
+        return {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": choices,
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
 
     def _chat(self, body: dict) -> dict:
         texts = self.chat(body)
-        choices = [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
-                   for i, t in enumerate(texts)]
-        return {"id": "chat-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": choices, "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        choices = [
+            {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
+            for i, t in enumerate(texts)
+        ]
+        return {
+            "id": "chat-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": choices,
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
 
     def _embeddings(self, body: dict) -> dict:
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
         data = [{"index": i, "object": "embedding", "embedding": self.embed(t)} for i, t in enumerate(inputs)]
-        return {"object": "list", "data": data, "model": body["model"],
-                "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+        return {
+            "object": "list",
+            "data": data,
+            "model": body["model"],
+            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+        }

@@ -65,12 +65,24 @@ def test_tool_call_rounds_are_scored_with_their_calls():
     message = {
         "role": "assistant",
         "content": "",
-        "tool_calls": json.dumps([{"id": "c1", "type": "function",
-                                   "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]),
+        "tool_calls": json.dumps(
+            [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ]
+        ),
     }
-    assert answer_text(message) == '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert (
+        answer_text(message)
+        == '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    )
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
-    contexts, _ = build_contexts(0, row([{"role": "user", "content": "weather?"}, message], tools=json.dumps(tools)), None)
+    contexts, _ = build_contexts(
+        0, row([{"role": "user", "content": "weather?"}, message], tools=json.dumps(tools)), None
+    )
     assert rounds(contexts) == [1] and contexts[0].tools == tools
 
 
@@ -100,8 +112,14 @@ def test_fits_unchanged():
 
 
 def test_drops_oldest_non_system_cutting_at_user_turns():
-    messages = [msg("system", 3), msg("user", 10), msg("assistant", 10), msg("user", 10), msg("assistant", 10),
-                msg("user", 10)]
+    messages = [
+        msg("system", 3),
+        msg("user", 10),
+        msg("assistant", 10),
+        msg("user", 10),
+        msg("assistant", 10),
+        msg("user", 10),
+    ]
     kept, ids = fit_prompt(encode, messages, 40)
     # 5 + 4x12 + 12 + 1 = 66 > 40; dropping q1, a1 (cut at the user turn q2) gives 5 + 36 + 1 = 42 > 40;
     # dropping q1..a2 gives 5 + 12 + 1 = 18 <= 40.

@@ -32,8 +32,10 @@ class MarkerScorer(Scorer):
     name = "marker"
 
     def score_batch(self, contexts):
-        return [ScoreResult(0.0 if "BAD" in c.answer else 1.0, "BAD" not in c.answer, {"chars": len(c.answer)})
-                for c in contexts]
+        return [
+            ScoreResult(0.0 if "BAD" in c.answer else 1.0, "BAD" not in c.answer, {"chars": len(c.answer)})
+            for c in contexts
+        ]
 
 
 class BrokenScorer(Scorer):
@@ -150,7 +152,9 @@ def test_one_log_line_per_scorer(caplog):
         f([row("a", "good", "BAD"), row("b", "fine")])
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[ScoreFilter]")]
     assert len(lines) == 2
-    assert lines[0].startswith("[ScoreFilter] marker: n=3 scored=3 mean=0.6667 min=0 max=1 passed=2/3 | chars=")
+    assert lines[0].startswith(
+        "[ScoreFilter] marker: n=3 scored=3 mean=0.6667 min=0 max=1 passed=2/3 | chars="
+    )
     assert lines[1].startswith("[ScoreFilter] char_stats: n=3")
 
 
@@ -159,8 +163,12 @@ def test_traces_files_and_callbacks(tmp_path):
     trace_dir.mkdir()
     (trace_dir / "keep-me.txt").write_text("older run")
     seen, successes = [], []
-    f = ScoreFilter([MarkerScorer()], trace_dir=str(trace_dir), trace_callback=seen.append,
-                    success_callback=successes.append)
+    f = ScoreFilter(
+        [MarkerScorer()],
+        trace_dir=str(trace_dir),
+        trace_callback=seen.append,
+        success_callback=successes.append,
+    )
     ScoreFilter([MarkerScorer()], trace_dir=str(trace_dir))  # constructing again never clears
     long_id = "row/with spaces/" + "x" * 80
     run(f, [row(long_id, "good", "BAD"), row("b", "fine")])
@@ -216,7 +224,9 @@ def test_yaml_config_builds_lazily_and_pickles():
     assert f.scorers[0].backend is f.backend and f.backend._sampler is None  # nothing built yet
     clone = pickle.loads(pickle.dumps(f))
     assert clone.backend._config == {"model": "/nonexistent/model", "max_model_len": 512}
-    g = ScoreFilter(["chr_min"], backend={"type": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"})
+    g = ScoreFilter(
+        ["chr_min"], backend={"type": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"}
+    )
     assert g.backend.root == "http://127.0.0.1:1" and pickle.loads(pickle.dumps(g)).needs_actor
 
 
@@ -237,7 +247,10 @@ ANSWERS = st.sampled_from(["good", "BAD", "<think>x</think>", "fine answer", ""]
     st.booleans(),
 )
 def test_every_row_is_kept_or_dropped(spec, drop_any, keep_no_context):
-    rows = [row(str(i), *answers, key_rounds=kr) if as_row else "junk" for i, (answers, kr, as_row) in enumerate(spec)]
+    rows = [
+        row(str(i), *answers, key_rounds=kr) if as_row else "junk"
+        for i, (answers, kr, as_row) in enumerate(spec)
+    ]
     f = ScoreFilter([MarkerScorer()], drop_row_on_any_fail=drop_any, keep_if_no_key_rounds=keep_no_context)
     kept, dropped = run(f, rows)
     originals = {r["id"]: r for r in rows if isinstance(r, dict)}

@@ -19,8 +19,15 @@ def rows() -> list[dict]:
     out = []
     for i in range(24):
         answer = "the quick brown fox" if i % 3 == 0 else f"Entry {i}: ZQX VWK {i * 7}"
-        out.append({"id": f"r{i}", "messages": [{"role": "user", "content": "Say: the quick brown fox"},
-                                                {"role": "assistant", "content": answer}]})
+        out.append(
+            {
+                "id": f"r{i}",
+                "messages": [
+                    {"role": "user", "content": "Say: the quick brown fox"},
+                    {"role": "assistant", "content": answer},
+                ],
+            }
+        )
     return out
 
 
@@ -31,10 +38,17 @@ def test_score_filter_runs_as_an_actor_pool_stage(ray_local, scripted, tmp_path)
 
     data = tmp_path / "in.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows()))
-    kwargs = {"scorers": ["sifd", {"type": "chr_min", "threshold": 0.47}],
-              "backend": {"type": "openai", "base_url": scripted.url, "model": "scripted", "max_retries": 0}}
-    cfg = PreprocessConfig(inputs=[str(data)], output=str(tmp_path / "out"), steps=[StepSpec("ScoreFilter", kwargs)],
-                           batch_size=8, progress=False)
+    kwargs = {
+        "scorers": ["sifd", {"type": "chr_min", "threshold": 0.47}],
+        "backend": {"type": "openai", "base_url": scripted.url, "model": "scripted", "max_retries": 0},
+    }
+    cfg = PreprocessConfig(
+        inputs=[str(data)],
+        output=str(tmp_path / "out"),
+        steps=[StepSpec("ScoreFilter", kwargs)],
+        batch_size=8,
+        progress=False,
+    )
     _, steps, _, stages = plan(cfg)
     assert [s.kind for s in stages] == ["map", "actor"] and steps[0].needs_actor
 

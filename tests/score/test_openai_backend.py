@@ -17,7 +17,10 @@ def backend(server, **kw) -> OpenAIBackend:
 
 
 def test_server_root():
-    assert server_root("http://h:8000/v1/") == "http://h:8000" and server_root("http://h:8000") == "http://h:8000"
+    assert (
+        server_root("http://h:8000/v1/") == "http://h:8000"
+        and server_root("http://h:8000") == "http://h:8000"
+    )
 
 
 def test_tokenize_detokenize(scripted):
@@ -25,7 +28,9 @@ def test_tokenize_detokenize(scripted):
     assert b.encode_text("hé") == byte_tokens("hé")
     messages = [{"role": "user", "content": "hi", "tool_calls": "", "tool_call_id": "", "finish_reason": "x"}]
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    assert b.encode_chat(messages, tools=tools) == byte_tokens(render_chatml([{"role": "user", "content": "hi"}], True))
+    assert b.encode_chat(messages, tools=tools) == byte_tokens(
+        render_chatml([{"role": "user", "content": "hi"}], True)
+    )
     path, body = scripted.requests[-1]
     assert path == "/tokenize" and body["add_generation_prompt"] is True and body["tools"] == tools
     assert body["messages"] == [{"role": "user", "content": "hi"}]  # sanitised for the wire
@@ -55,8 +60,12 @@ def test_batches_are_split(scripted):
 def test_chat_and_embeddings(scripted):
     scripted.chat = lambda body: [f"{body['messages'][-1]['content']} #{i}" for i in range(body["n"])]
     b = backend(scripted)
-    out = b.chat([[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]], n=3, temperature=0.5,
-                 max_tokens=7)
+    out = b.chat(
+        [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]],
+        n=3,
+        temperature=0.5,
+        max_tokens=7,
+    )
     assert out == [["a #0", "a #1", "a #2"], ["b #0", "b #1", "b #2"]]
     body = next(b for p, b in scripted.requests if p == "/v1/chat/completions")
     assert body["n"] == 3 and body["temperature"] == 0.5 and body["max_tokens"] == 7
@@ -81,10 +90,20 @@ def test_embed_on_another_server(scripted):
 def test_score_filter_end_to_end_on_scripted_logprobs(scripted):
     """ChrMin/SIFD read the server's prompt logprobs: an answer copied from the prompt is easy."""
     f = ScoreFilter(["sifd", "chr_min"], backend=backend(scripted), max_prompt_tokens=200)
-    copy_row = {"id": "copy", "messages": [{"role": "user", "content": "Say: the quick brown fox"},
-                                           {"role": "assistant", "content": "the quick brown fox"}]}
-    fresh_row = {"id": "fresh", "messages": [{"role": "user", "content": "Say: the quick brown fox"},
-                                             {"role": "assistant", "content": "JUMPZ VXWQ 1234"}]}
+    copy_row = {
+        "id": "copy",
+        "messages": [
+            {"role": "user", "content": "Say: the quick brown fox"},
+            {"role": "assistant", "content": "the quick brown fox"},
+        ],
+    }
+    fresh_row = {
+        "id": "fresh",
+        "messages": [
+            {"role": "user", "content": "Say: the quick brown fox"},
+            {"role": "assistant", "content": "JUMPZ VXWQ 1234"},
+        ],
+    }
     kept, dropped = f([copy_row, fresh_row])
     # copied answer: every token was in the prompt -> positive deltas -> chr_min 1.0 >= 0.47 -> dropped
     assert [r["id"] for r in kept] == ["fresh"] and dropped[0]["drop_reason"] == "score_round_failed"
@@ -93,8 +112,10 @@ def test_score_filter_end_to_end_on_scripted_logprobs(scripted):
     # the exact SIFD of the copied answer, recomputed from the scripted logprob rule
     prompt = byte_tokens(render_chatml(copy_row["messages"][:1], True))
     answer = byte_tokens("the quick brown fox")
-    deltas = [default_logprob(prompt + answer[:k], answer[k]) - default_logprob(answer[:k], answer[k])
-              for k in range(1, len(answer))]
+    deltas = [
+        default_logprob(prompt + answer[:k], answer[k]) - default_logprob(answer[:k], answer[k])
+        for k in range(1, len(answer))
+    ]
     records = []
     ScoreFilter(["sifd"], backend=backend(scripted), trace_callback=records.append)([copy_row, fresh_row])
     copy_ifd, fresh_ifd = (r["scores"]["sifd"]["score"] for r in records)
@@ -108,7 +129,10 @@ def test_prompt_fitted_to_max_prompt_tokens(scripted):
     f = ScoreFilter(["sifd"], backend=backend(scripted), max_prompt_tokens=120, trace_callback=records.append)
     messages = [{"role": "system", "content": "s"}]
     for i in range(5):
-        messages += [{"role": "user", "content": f"question number {i}"}, {"role": "assistant", "content": f"answer {i}"}]
+        messages += [
+            {"role": "user", "content": f"question number {i}"},
+            {"role": "assistant", "content": f"answer {i}"},
+        ]
     f([{"id": "long", "messages": messages}])
     last = records[-1]
     assert last["n_prompt"] <= 120 and last["messages"][0] == {"role": "system", "content": "s"}
@@ -118,7 +142,10 @@ def test_prompt_fitted_to_max_prompt_tokens(scripted):
 def test_backend_failure_gives_unmeasured_pass(scripted, caplog):
     scripted.fail_paths.add("/v1/completions")
     f = ScoreFilter(["sifd", "chr_min"], backend=backend(scripted))
-    r = {"id": "x", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "an answer here"}]}
+    r = {
+        "id": "x",
+        "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "an answer here"}],
+    }
     with caplog.at_level(logging.WARNING):
         kept, dropped = f([r])
     assert kept == [r] and dropped == []

@@ -24,14 +24,19 @@ def backend(server) -> OpenAIBackend:
 
 
 def code_row(rid, tests, reference=REFERENCE, question="Write add(a, b)."):
-    return {"id": rid, "tests": tests,
-            "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": reference}]}
+    return {
+        "id": rid,
+        "tests": tests,
+        "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": reference}],
+    }
 
 
 def test_exec_grader_runs_code_against_asserts(scripted):
     scripted.chat = lambda body: [CORRECT_FENCED, CORRECT_BARE, WRONG, LOOPS][: body["n"]]
     records = []
-    f = ScoreFilter([PassNScorer(n=4, exec_timeout_s=1)], backend=backend(scripted), trace_callback=records.append)
+    f = ScoreFilter(
+        [PassNScorer(n=4, exec_timeout_s=1)], backend=backend(scripted), trace_callback=records.append
+    )
     kept, dropped = f([code_row("add", ASSERTS)])
     result = records[0]["scores"]["pass_n"]
     assert result["score"] == 0.5 and result["passed"] is True  # observe-only defaults
@@ -90,11 +95,25 @@ def test_judge_grader_parses_verdicts(scripted):
     scripted.chat = scripted_judge_or_model
     judge = OpenAI("judge-model", base_url=scripted.url + "/v1", client_kwargs={"max_retries": 0})
     records = []
-    f = ScoreFilter([PassNScorer(n=4, judge_api=judge)], backend=backend(scripted), trace_callback=records.append)
-    f([{"id": "m", "messages": [{"role": "user", "content": "What is 6 * 7?"}, {"role": "assistant", "content": "42"}]}])
+    f = ScoreFilter(
+        [PassNScorer(n=4, judge_api=judge)], backend=backend(scripted), trace_callback=records.append
+    )
+    f(
+        [
+            {
+                "id": "m",
+                "messages": [
+                    {"role": "user", "content": "What is 6 * 7?"},
+                    {"role": "assistant", "content": "42"},
+                ],
+            }
+        ]
+    )
     result = records[0]["scores"]["pass_n"]
     assert result["score"] == 0.5 and result["extras"] == {"grader": "judge", "passes": 2, "n_samples": 4}
-    judge_calls = [b for p, b in scripted.requests if p == "/v1/chat/completions" and b["model"] == "judge-model"]
+    judge_calls = [
+        b for p, b in scripted.requests if p == "/v1/chat/completions" and b["model"] == "judge-model"
+    ]
     assert len(judge_calls) == 3  # the empty sample fails without asking the judge
     assert all(b["temperature"] == 0.0 for b in judge_calls)
     assert "## Reference answer" in judge_calls[0]["messages"][1]["content"]
@@ -102,17 +121,27 @@ def test_judge_grader_parses_verdicts(scripted):
 
 def test_judge_from_config_dict(scripted):
     scripted.chat = scripted_judge_or_model
-    scorer = PassNScorer(n=2, grader="judge", judge_api={"model": "judge-model", "base_url": scripted.url + "/v1"})
+    scorer = PassNScorer(
+        n=2, grader="judge", judge_api={"model": "judge-model", "base_url": scripted.url + "/v1"}
+    )
     records = []
     ScoreFilter([scorer], backend=backend(scripted), trace_callback=records.append)(
-        [{"id": "m", "messages": [{"role": "user", "content": "6*7?"}, {"role": "assistant", "content": "42"}]}]
+        [
+            {
+                "id": "m",
+                "messages": [{"role": "user", "content": "6*7?"}, {"role": "assistant", "content": "42"}],
+            }
+        ]
     )
     assert records[0]["scores"]["pass_n"]["extras"]["passes"] == 1  # "6 times 7 is 42." yes, "It is 41." no
 
 
 def test_auto_without_tests_or_judge_is_unmeasured_and_samples_nothing(scripted):
     f = ScoreFilter([PassNScorer()], backend=backend(scripted))
-    row = {"id": "p", "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi!"}]}
+    row = {
+        "id": "p",
+        "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi!"}],
+    }
     records = []
     f.trace_callback = records.append
     kept, _ = f([row])

@@ -49,9 +49,14 @@ class ScriptedSampler:
         out = []
         for f in inputs:
             ids = f["input_ids"]
-            seqs = [SampledSequence(tokens=ids[-3:], decoded="" if k else None) for k in range(params.num_samples)]
-            out.append(SampleResponse(sequences=seqs, prompt_token_ids=ids,
-                                      prompt_logprobs=[None] + [-t / 100 for t in ids[1:]]))
+            seqs = [
+                SampledSequence(tokens=ids[-3:], decoded="" if k else None) for k in range(params.num_samples)
+            ]
+            out.append(
+                SampleResponse(
+                    sequences=seqs, prompt_token_ids=ids, prompt_logprobs=[None] + [-t / 100 for t in ids[1:]]
+                )
+            )
         return out
 
 

@@ -81,7 +81,9 @@ def build_contexts(
     if key_rounds is not None:
         candidates = key_rounds
     else:
-        candidates = [i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"]
+        candidates = [
+            i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"
+        ]
     labels = round_intents(row)
     tools = tools_of(row)
     row_id = str(row["id"]) if row.get("id") is not None else str(row_index)

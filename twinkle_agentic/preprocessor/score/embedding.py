@@ -57,7 +57,9 @@ class MiniLMEmbedder:
         model = SentenceTransformer(path, device=self.device, local_files_only=True)
 
         def encode(texts: list[str]) -> list[list[float]]:
-            vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
+            vectors = model.encode(
+                texts, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
+            )
             return [v.tolist() for v in vectors]
 
         return encode

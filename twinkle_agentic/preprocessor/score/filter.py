@@ -55,7 +55,9 @@ def build_scorer(spec: Any) -> Any:
         if kind not in SCORER_TYPES:
             raise ValueError(f"unknown scorer type {kind!r}; known: {sorted(SCORER_TYPES)}")
         return SCORER_TYPES[kind](**config)
-    missing = [a for a in ("name", "requires_logprobs", "requires_backend", "score_batch") if not hasattr(spec, a)]
+    missing = [
+        a for a in ("name", "requires_logprobs", "requires_backend", "score_batch") if not hasattr(spec, a)
+    ]
     if missing:
         raise TypeError(f"{type(spec).__name__} is not a scorer: it lacks {missing}")
     return spec
@@ -128,7 +130,9 @@ class ScoreFilter:
         if len(set(names)) != len(names):
             raise ValueError(f"ScoreFilter scorers need distinct names, got {names}")
         if not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1:
-            raise ValueError(f"ScoreFilter.max_prompt_tokens must be an integer >= 1, got {max_prompt_tokens!r}")
+            raise ValueError(
+                f"ScoreFilter.max_prompt_tokens must be an integer >= 1, got {max_prompt_tokens!r}"
+            )
         self.backend = build_backend(backend, template)
         for scorer in self.scorers:
             attach = getattr(scorer, "attach", None)
@@ -136,15 +140,21 @@ class ScoreFilter:
                 attach(self.backend)
             if scorer.requires_backend and getattr(scorer, "backend", None) is None:
                 if self.backend is not None:
-                    raise ValueError(f"scorer {scorer.name!r} needs a backend but has no attach(backend) to take the filter's")
+                    raise ValueError(
+                        f"scorer {scorer.name!r} needs a backend but has no attach(backend) to take the filter's"
+                    )
                 raise ValueError(
                     f"scorer {scorer.name!r} needs a model backend: pass ScoreFilter(backend=...) "
                     "(a SamplerBackend/OpenAIBackend, a sampler with template=, or a config such as "
                     "{'type': 'sampler', 'model': <path>})"
                 )
         if any(s.requires_logprobs for s in self.scorers) and self.backend is None:
-            raise ValueError("logprob scorers read prompt logprobs from ScoreFilter(backend=...); none was given")
-        self.intents = frozenset([intents] if isinstance(intents, str) else intents) if intents is not None else None
+            raise ValueError(
+                "logprob scorers read prompt logprobs from ScoreFilter(backend=...); none was given"
+            )
+        self.intents = (
+            frozenset([intents] if isinstance(intents, str) else intents) if intents is not None else None
+        )
         self.keep_if_no_key_rounds = keep_if_no_key_rounds
         self.drop_row_on_any_fail = drop_row_on_any_fail
         self.max_prompt_tokens = max_prompt_tokens
@@ -181,7 +191,9 @@ class ScoreFilter:
                 ctx.deltas = answer_deltas(conditional, unconditional, len(ctx.prompt_ids))
 
     def _skip_reason(self, scorer: Any, ctx: ScoreContext) -> str | None:
-        uses_tokens = scorer.requires_logprobs or (scorer.requires_backend and getattr(scorer, "shares_filter_backend", False))
+        uses_tokens = scorer.requires_logprobs or (
+            scorer.requires_backend and getattr(scorer, "shares_filter_backend", False)
+        )
         if uses_tokens and ctx.asst_ids is None and ctx.error:
             return "encode_failed"
         if scorer.requires_logprobs:
@@ -216,8 +228,15 @@ class ScoreFilter:
         extras = " ".join(f"{k}={_fmt(v)}" for k, v in summary["extras"].items())
         logger.info(
             "[ScoreFilter] %s: n=%d scored=%d mean=%s min=%s max=%s passed=%d/%d%s",
-            scorer_name, summary["n"], summary["scored"], _fmt(summary["mean"]), _fmt(summary["min"]),
-            _fmt(summary["max"]), summary["passed"], summary["n"], f" | {extras}" if extras else "",
+            scorer_name,
+            summary["n"],
+            summary["scored"],
+            _fmt(summary["mean"]),
+            _fmt(summary["min"]),
+            _fmt(summary["max"]),
+            summary["passed"],
+            summary["n"],
+            f" | {extras}" if extras else "",
         )
 
     # -- the step -----------------------------------------------------------------------------
@@ -286,7 +305,11 @@ class ScoreFilter:
         return row, None
 
     def _record(
-        self, contexts: list[ScoreContext], scores: list[dict[str, ScoreResult]], passed: list[bool], reason: str | None
+        self,
+        contexts: list[ScoreContext],
+        scores: list[dict[str, ScoreResult]],
+        passed: list[bool],
+        reason: str | None,
     ) -> None:
         if self.traces is None and self.trace_callback is None and self.success_callback is None:
             return
@@ -312,7 +335,9 @@ class ScoreFilter:
                     try:
                         callback(record)
                     except Exception:  # a broken callback must not lose the batch
-                        logger.exception("[ScoreFilter] trace callback failed for row %s round %d", ctx.row_id, ctx.round)
+                        logger.exception(
+                            "[ScoreFilter] trace callback failed for row %s round %d", ctx.row_id, ctx.round
+                        )
 
     def __repr__(self) -> str:
         return f"ScoreFilter(scorers={self.scorers!r}, backend={self.backend!r}, intents={self.intents})"

@@ -89,7 +89,9 @@ def normalise_tests(value: Any) -> CodeTests | None:
             return CodeTests(io_pairs=(pair,))
         inputs, outputs = value.get("inputs"), value.get("outputs")
         if isinstance(inputs, list) and isinstance(outputs, list) and inputs and len(inputs) == len(outputs):
-            return CodeTests(io_pairs=tuple((_text(i), _text(o)) for i, o in zip(inputs, outputs, strict=True)))
+            return CodeTests(
+                io_pairs=tuple((_text(i), _text(o)) for i, o in zip(inputs, outputs, strict=True))
+            )
         return None
     if isinstance(value, (list, tuple)) and value:
         pairs = [_io_pair(item) for item in value]
@@ -137,7 +139,9 @@ def render_task(messages: list[dict]) -> str:
 
 
 def judge_messages(history: list[dict], reference: str, candidate: str) -> list[dict]:
-    user = JUDGE_USER.format(task=clip(render_task(history)), reference=clip(reference), candidate=clip(candidate))
+    user = JUDGE_USER.format(
+        task=clip(render_task(history)), reference=clip(reference), candidate=clip(candidate)
+    )
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
 

@@ -104,7 +104,9 @@ class ParaphraseScorer(Scorer):
                 pairs.append((i, strip_think(drawn[0]), text, n))
 
         texts = [t for _, paraphrase, reference, _ in pairs for t in (paraphrase, reference)]
-        vectors = call_or_none(lambda: self.embed_backend.embed(texts), "paraphrase embedding") if texts else []
+        vectors = (
+            call_or_none(lambda: self.embed_backend.embed(texts), "paraphrase embedding") if texts else []
+        )
         for k, (i, paraphrase, _, n) in enumerate(pairs):
             if vectors is None:
                 results[i] = unmeasured("embedding_failed")

@@ -58,7 +58,9 @@ class PassNScorer(Scorer):
         if grader not in GRADERS:
             raise ValueError(f"PassNScorer.grader must be one of {GRADERS}, got {grader!r}")
         if grader == "judge" and judge_api is None:
-            raise ValueError("PassNScorer(grader='judge') needs judge_api (an API such as OpenAI(model, base_url=...))")
+            raise ValueError(
+                "PassNScorer(grader='judge') needs judge_api (an API such as OpenAI(model, base_url=...))"
+            )
         if max_pass is not None and max_pass < min_pass:
             raise ValueError(f"PassNScorer.max_pass ({max_pass}) is below min_pass ({min_pass})")
         self.n = n
@@ -141,12 +143,17 @@ class PassNScorer(Scorer):
             if grader is None:
                 results[i] = unmeasured("no_grader")
             else:
-                plans.append((i, grader, self._exec_grade(tests) if tests is not None else self._judge_grade(ctx)))
+                plans.append(
+                    (i, grader, self._exec_grade(tests) if tests is not None else self._judge_grade(ctx))
+                )
         if not plans:
             return results  # type: ignore[return-value]
 
         samples = self.backend.chat(
-            [contexts[i].history for i, _, _ in plans], self.n, self.sample_temperature, self.sample_max_tokens
+            [contexts[i].history for i, _, _ in plans],
+            self.n,
+            self.sample_temperature,
+            self.sample_max_tokens,
         )
         jobs: list[tuple[int, int, str]] = []  # (plan index, sample index or -1 for the reference, text)
         for p, (i, grader, _) in enumerate(plans):

@@ -37,8 +37,13 @@ class TraceWriter:
         """Write one round's record; returns the file path."""
         data = json.dumps(record, ensure_ascii=False, default=str)
         while True:
-            name = trace_name(bool(record.get("passed")), str(record.get("row_id")), int(record.get("round", -1)),
-                              next(_sequence), int(time.time() * 1000))
+            name = trace_name(
+                bool(record.get("passed")),
+                str(record.get("row_id")),
+                int(record.get("round", -1)),
+                next(_sequence),
+                int(time.time() * 1000),
+            )
             path = os.path.join(self.trace_dir, name)
             try:
                 with open(path, "x", encoding="utf-8") as fh:

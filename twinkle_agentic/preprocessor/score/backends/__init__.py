@@ -42,4 +42,11 @@ def build_backend(spec: Any, template: Any = None) -> ScoreBackend | None:
     )
 
 
-__all__ = ["BACKEND_TYPES", "BackendError", "OpenAIBackend", "SamplerBackend", "ScoreBackend", "build_backend"]
+__all__ = [
+    "BACKEND_TYPES",
+    "BackendError",
+    "OpenAIBackend",
+    "SamplerBackend",
+    "ScoreBackend",
+    "build_backend",
+]

@@ -148,6 +148,9 @@ def isolate_failures(call: Callable[[list[T]], list[R]], items: list[T], what: s
     except Exception as exc:  # retried item by item below, so one bad item costs only itself
         logger.warning(
             "[ScoreFilter] %s failed for a batch of %d (%s: %s); retrying one at a time",
-            what, len(items), type(exc).__name__, exc,
+            what,
+            len(items),
+            type(exc).__name__,
+            exc,
         )
     return [call_or_none(lambda item=item: call([item])[0], what) for item in items]

@@ -73,7 +73,10 @@ class OpenAIBackend(ScoreBackend):
             import openai
 
             client = openai.OpenAI(
-                base_url=root + "/v1", api_key=self.api_key, timeout=self.timeout, max_retries=self.max_retries
+                base_url=root + "/v1",
+                api_key=self.api_key,
+                timeout=self.timeout,
+                max_retries=self.max_retries,
             )
             self._clients[root] = client
         return client
@@ -142,7 +145,9 @@ class OpenAIBackend(ScoreBackend):
             )
             choices = sorted(response.choices, key=lambda c: c.index)
             if len(choices) != len(batch):
-                raise BackendError(f"/v1/completions returned {len(choices)} choices for {len(batch)} prompts")
+                raise BackendError(
+                    f"/v1/completions returned {len(choices)} choices for {len(batch)} prompts"
+                )
             return [
                 read_or_none((choice.model_extra or {}).get("prompt_logprobs"), ids, "prompt_logprobs")
                 for choice, ids in zip(choices, batch, strict=True)

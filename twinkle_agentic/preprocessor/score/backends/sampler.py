@@ -57,7 +57,9 @@ class SamplerBackend(ScoreBackend):
         max_batch_size: int | None = None,
     ) -> None:
         if sampler is not None and not hasattr(sampler, "sample"):
-            raise TypeError(f"SamplerBackend needs an object with sample(features, params), got {type(sampler).__name__}")
+            raise TypeError(
+                f"SamplerBackend needs an object with sample(features, params), got {type(sampler).__name__}"
+            )
         self._sampler = sampler
         self._template = template
         self._config: dict[str, Any] | None = None
@@ -159,7 +161,8 @@ class SamplerBackend(ScoreBackend):
         def call(batch: list[list[int]]) -> list[TokenLogprobs | None]:
             responses = self._sample([feature(ids) for ids in batch], params)
             return [
-                read_or_none(r.prompt_logprobs, ids, "prompt_logprobs") for r, ids in zip(responses, batch, strict=True)
+                read_or_none(r.prompt_logprobs, ids, "prompt_logprobs")
+                for r, ids in zip(responses, batch, strict=True)
             ]
 
         return self._batched(call, ids_batch, "prompt_logprobs")
