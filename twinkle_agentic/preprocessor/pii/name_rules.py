@@ -48,7 +48,7 @@ class EnglishNameCueRecognizer(RuleRecognizer):
         return match.span("name")
 
     def score(self, text: str, match: re.Match) -> float | None:
-        from .analyzer import NOT_NAMES_EN
+        from .en_ner import NOT_NAMES_EN
 
         words = match.group("name").split()
         if words[0].casefold() in EN_NOT_NAMES or match.group("name").casefold() in NOT_NAMES_EN:
