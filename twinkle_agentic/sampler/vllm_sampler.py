@@ -1,0 +1,66 @@
+"""``VLLMSampler``: an offline vLLM engine (``vllm.LLM``) behind the sampler contract.
+
+One ``sample`` call is one batched ``LLM.generate`` over token-id prompts, so the engine's
+continuous batching sees the whole turn at once. ``@remote_class`` makes it a Ray actor holding the
+engine: ``VLLMSampler.options(num_gpus=1).remote(model)``; a rollout then calls
+``ray.get(sampler.sample.remote(...))``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twinkle_agentic.data_format import InputFeature, SampleResponse
+from twinkle_agentic.remote import remote_class
+
+from .base import DeviceMesh, ParamsArg, check_responses, to_sample_response
+from .engine import VLLMEngineConfig, fit_to_context
+
+
+@remote_class()
+class VLLMSampler:
+    """Samples token-id prompts with a ``vllm.LLM`` built from ``VLLMEngineConfig(model, **config)``."""
+
+    device_mesh: DeviceMesh | None = None  # one engine: no data-parallel shards to pad for
+
+    def __init__(self, model: str, **config: Any):
+        from vllm import LLM
+
+        self.config = VLLMEngineConfig(model=str(model), **config)
+        self.engine = LLM(**self.config.to_engine_kwargs())
+        self.max_model_len = int(self.engine.llm_engine.model_config.max_model_len)
+
+    def sample(self, inputs: list[InputFeature], sampling_params: ParamsArg = None) -> list[SampleResponse]:
+        prompts, params, answered = fit_to_context(inputs, sampling_params, self.max_model_len)
+        todo = [i for i in range(len(prompts)) if i not in answered]
+        outputs = (
+            self.engine.generate(
+                [{"prompt_token_ids": prompts[i]} for i in todo],
+                [params[i].to_vllm() for i in todo],
+                use_tqdm=False,
+            )
+            if todo
+            else []
+        )
+        responses = dict(answered)
+        responses.update({i: to_sample_response(out) for i, out in zip(todo, outputs, strict=True)})
+        return check_responses([responses[i] for i in range(len(prompts))], len(prompts))
+
+    def ready(self) -> dict[str, Any]:
+        """What a driver checks before sending work: the model, its context length and the device."""
+        from vllm.platforms import current_platform
+
+        return {"model": self.config.model, "max_model_len": self.max_model_len, "device": current_platform.device_type}
+
+    def get_tokenizer(self) -> Any:
+        return self.engine.get_tokenizer()
+
+    def shutdown(self) -> None:
+        """Stop the engine's worker processes (also happens when the object is collected)."""
+        engine = getattr(self.engine, "llm_engine", None)
+        core = getattr(engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+
+
+vLLMSampler = VLLMSampler  # the seeds' spelling

@@ -1,0 +1,97 @@
+"""Tool-call parsers: model text -> OpenAI tool calls, and the text with those calls removed.
+
+A parser is registered by name (``register_tool_call_parser``) so a ``Template`` can be configured
+with a string. ``clean`` removes exactly the blocks ``parse`` turned into calls: a malformed block
+stays in the assistant's content, so re-rendering the message reproduces what the model generated
+and nothing it said is silently lost.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from twinkle_agentic.data_format import ToolCall
+
+
+class ToolCallParser(Protocol):
+    name: str
+
+    def parse(self, text: str) -> list[ToolCall]:
+        """The well-formed tool calls in ``text``, in order; ids are left to the caller."""
+
+    def clean(self, text: str) -> str:
+        """``text`` without the blocks ``parse`` accepted, whitespace-trimmed; unchanged when there are none."""
+
+
+def canonical_arguments(arguments: Any) -> str:
+    """The JSON-string form the chat template renders back unchanged (``json.dumps``, unicode kept)."""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+
+
+class HermesToolCallParser:
+    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (Hermes, Qwen2.5, Qwen3)."""
+
+    name = "hermes"
+    BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+    def _calls(self, text: str) -> list[tuple[re.Match[str], ToolCall]]:
+        found = []
+        for match in self.BLOCK.finditer(text or ""):
+            try:
+                body = json.loads(match.group(1))
+            except ValueError:
+                continue
+            if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not body["name"]:
+                continue
+            arguments = body.get("arguments", body.get("parameters", {}))
+            call: ToolCall = {
+                "type": "function",
+                "function": {"name": body["name"], "arguments": canonical_arguments(arguments)},
+            }
+            found.append((match, call))
+        return found
+
+    def parse(self, text: str) -> list[ToolCall]:
+        return [call for _, call in self._calls(text)]
+
+    def clean(self, text: str) -> str:
+        text = text or ""
+        calls = self._calls(text)
+        if not calls:  # nothing to remove: the text stays exactly as generated
+            return text
+        pieces, last = [], 0
+        for match, _ in calls:
+            pieces.append(text[last : match.start()])
+            last = match.end()
+        pieces.append(text[last:])
+        return "".join(pieces).strip()
+
+
+_PARSERS: dict[str, Callable[[], ToolCallParser]] = {"hermes": HermesToolCallParser}
+
+
+def register_tool_call_parser(name: str, factory: Callable[[], ToolCallParser]) -> None:
+    """Make ``Template(tool_call_parser=name)`` build parsers with ``factory()``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"tool-call parser name must be a non-empty string, got {name!r}")
+    _PARSERS[name] = factory
+
+
+def get_tool_call_parser(parser: str | ToolCallParser) -> ToolCallParser:
+    """A parser instance from a registered name, or ``parser`` itself when it already is one."""
+    if not isinstance(parser, str):
+        if not (hasattr(parser, "parse") and hasattr(parser, "clean")):
+            raise TypeError(f"tool_call_parser must be a name or have parse() and clean(), got {type(parser).__name__}")
+        return parser
+    factory = _PARSERS.get(parser)
+    if factory is None:
+        raise ValueError(
+            f"unknown tool_call_parser {parser!r}; registered: {sorted(_PARSERS)} "
+            "(add one with register_tool_call_parser)"
+        )
+    return factory()
