@@ -136,6 +136,12 @@ _HEARTBEAT_ASSISTANT_RE = re.compile(HEARTBEAT_ASSISTANT, re.IGNORECASE)
 TOOL_CALLS_FORMATS = ("json", "list")
 
 
+def _has_calls(message: dict) -> bool:
+    """Whether the message carries tool calls ('' and missing, the common case, answered at once)."""
+    calls = message.get("tool_calls")
+    return bool(calls) and normalise_tool_calls(calls) is not None
+
+
 def _is_blank(message: dict) -> bool:
     """No text, no media, no reasoning and no tool calls: nothing worth keeping."""
     content = message.get("content")
@@ -143,15 +149,13 @@ def _is_blank(message: dict) -> bool:
         return False
     if any(isinstance(message.get(k), str) and message[k].strip() for k in REASONING_FIELDS):
         return False
-    return not normalise_tool_calls(message.get("tool_calls"))
+    return not _has_calls(message)
 
 
 def _is_atomic(message: dict) -> bool:
     """Tool messages and assistant messages with tool calls are never merged."""
     role = message.get("role")
-    return role == "tool" or (
-        role == "assistant" and normalise_tool_calls(message.get("tool_calls")) is not None
-    )
+    return role == "tool" or (role == "assistant" and _has_calls(message))
 
 
 class MessageNormalizer(Mapper):
@@ -189,7 +193,7 @@ class MessageNormalizer(Mapper):
                 continue
             if (
                 role == "assistant"
-                and not normalise_tool_calls(m.get("tool_calls"))
+                and not _has_calls(m)
                 and (armed or _HEARTBEAT_ASSISTANT_RE.search(message_text(m)[:HEARTBEAT_HEAD_CHARS]))
             ):
                 continue
@@ -209,7 +213,7 @@ class MessageNormalizer(Mapper):
             m = messages[i]
             i += 1
             parsed = None
-            if m.get("role") == "assistant" and not normalise_tool_calls(m.get("tool_calls")):
+            if m.get("role") == "assistant" and not _has_calls(m):
                 text = message_text(m)
                 if text:
                     parsed = parse_tool_text(text)

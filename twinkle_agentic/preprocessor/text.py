@@ -115,7 +115,9 @@ def is_agent_row(messages: Any) -> bool:
     if not isinstance(messages, list):
         return False
     for m in messages:
-        if isinstance(m, dict) and (m.get("role") == "tool" or normalise_tool_calls(m.get("tool_calls"))):
+        if isinstance(m, dict) and (
+            m.get("role") == "tool" or (m.get("tool_calls") and normalise_tool_calls(m["tool_calls"]))
+        ):
             return True
     return False
 

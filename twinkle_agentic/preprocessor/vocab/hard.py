@@ -23,36 +23,9 @@ EN_GREETINGS = (
     r"how\s+are\s+you",
 )
 EN_WH_WORDS = ("what", "who", "where", "when", "why", "how")
-EN_WH_AUXILIARIES = (
-    "is",
-    "are",
-    "was",
-    "were",
-    "do",
-    "does",
-    "did",
-    "can",
-    "could",
-    "would",
-    "should",
-    "has",
-    "have",
-)
-EN_LEADING_AUXILIARIES = (
-    "is",
-    "are",
-    "was",
-    "were",
-    "do",
-    "does",
-    "did",
-    "can",
-    "could",
-    "would",
-    "should",
-    "may",
-    "might",
-)
+_AUXILIARIES = ("is", "are", "was", "were", "do", "does", "did", "can", "could", "would", "should")
+EN_WH_AUXILIARIES = (*_AUXILIARIES, "has", "have")  # "what has ...", not "what may ..."
+EN_LEADING_AUXILIARIES = (*_AUXILIARIES, "may", "might")  # "may I ...", not "has it ..."
 EN_PRONOUNS = ("you", "they", "he", "she", "it", "this", "that", "there")
 EN_REQUESTS = (
     r"tell\s+me(?:\s+(?:about|more))?",
