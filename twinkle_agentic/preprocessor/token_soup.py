@@ -16,7 +16,10 @@ from .text import message_text, messages_of
 TOKEN_SOUP = "token_soup"
 
 REPLACEMENT_CHAR = "\ufffd"
-CONTROL_RUN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]+")
+# Byte-level gates on the UTF-8 encoding (one fast C pass each): C0 controls and DEL are single
+# bytes that never occur inside multi-byte sequences; private-use characters start with these bytes.
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+_PRIVATE_USE_LEAD = re.compile(rb"\xee|\xef[\x80-\xa3]|\xf3[\xb0-\xbf]|\xf4[\x80-\x8f]")
 PRIVATE_USE_RUN = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]+")
 SPECIAL_TOKEN = re.compile(
     r"<\|[^|>\n]{1,40}\|>"  # <|im_end|>, <|endoftext|>
@@ -136,15 +139,16 @@ class TokenSoupFilter(Filter):
             and text.count(REPLACEMENT_CHAR) / n > self.replacement_char_ratio
         ):
             return True
-        if (
-            self.control_char_ratio is not None
-            and _class_count(CONTROL_RUN, text) / n > self.control_char_ratio
-        ):
-            return True
         ascii_only = text.isascii()
+        raw = text.encode("utf-8", "surrogatepass")
+        if self.control_char_ratio is not None:
+            controls = len(raw) - len(raw.translate(None, _CONTROL_BYTES))
+            if controls / n > self.control_char_ratio:
+                return True
         if (
             self.private_use_ratio is not None
             and not ascii_only
+            and _PRIVATE_USE_LEAD.search(raw) is not None
             and _class_count(PRIVATE_USE_RUN, text) / n > self.private_use_ratio
         ):
             return True
