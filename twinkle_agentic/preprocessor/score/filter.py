@@ -10,9 +10,23 @@ the process that uses it::
     ScoreFilter(scorers=["chr_min"], backend={"type": "openai", "base_url": "http://vllm:8000", "model": "qwen"})
 
 Such a filter sets ``needs_actor = True``: the preprocess job runs it as an actor pool whose actors
-build the engine once (``warmup()``) and score many batches. A batch is processed as a whole: every
-round of every row is tokenised, then each scorer sees all eligible rounds in one call, and the
-logprobs that ``ChrMinScorer``/``SIFDScorer`` share are fetched once, in one batched engine call.
+build the engine once (``warmup()``) and score many batches. In the job's YAML::
+
+    steps:
+      - IntentClassifier
+      - ScoreFilter:
+          scorers: [sifd, {type: chr_min, threshold: 0.47}]
+          backend: {type: sampler, model: /models/qwen, max_model_len: 4096, dtype: bfloat16}
+          max_prompt_tokens: 1024
+        actors: 2          # one engine per actor
+        batch_size: 256    # all rounds of a batch of rows share one engine call
+
+The filter object is built in the driver without touching the model (config backends are lazy)
+and pickles as its configuration.
+
+A batch is processed as a whole: every round of every row is tokenised, then each scorer sees all
+eligible rounds in one call, and the logprobs that ``ChrMinScorer``/``SIFDScorer`` share are
+fetched once, in one batched engine call.
 """
 
 from __future__ import annotations
