@@ -199,6 +199,15 @@ def test_prompt_longer_than_budget_never_samples(tiny_template, manager):
     assert all(label == -100 for label in out["labels"]) and out["logprobs"] == []
 
 
+def test_prompt_over_template_max_length_is_length(tiny_template, manager):
+    from twinkle_agentic.template import Template
+
+    short = Template(tokenizer=tiny_template.tokenizer, max_length=16)
+    ro = MultiTurnRollout(ScriptedSampler(short, SCRIPT), short, tool_manager=manager)
+    [out] = ro([traj("Weather in Paris?")])
+    assert (out["stop_reason"], out["turns"], out["input_ids"], out["logprobs"]) == ("length", 0, [], [])
+
+
 @pytest.mark.parametrize("reason", ["abort", "error"])
 def test_engine_abort_or_error_is_error(tiny_template, manager, reason):
     ro, _ = rollout(tiny_template, manager, stop_reason=reason)
@@ -215,6 +224,19 @@ def test_tool_manager_exception_fails_only_that_trajectory(tiny_template, manage
     ro, _ = rollout(tiny_template, manager)
     out = ro([traj("Weather in Paris?"), traj("What is 2 + 3?")], tool_manager=[Broken(demo_tools()), manager])
     assert (out[0]["stop_reason"], out[0]["error"]) == ("error", "ToolExecution OSError: disk on fire")
+    assert out[1]["stop_reason"] == "stop"
+    check_aligned(out[0])
+
+
+def test_tool_manager_factory_failure_fails_only_that_trajectory(tiny_template, manager):
+    def factory(trajectory):
+        if "Paris" in trajectory["messages"][0]["content"]:
+            raise ConnectionError("env server down")
+        return manager
+
+    ro, _ = rollout(tiny_template, factory)
+    out = ro([traj("Weather in Paris?"), traj("What is 2 + 3?")])
+    assert (out[0]["stop_reason"], out[0]["turns"], out[0]["error"]) == ("error", 0, "ToolManager ConnectionError: env server down")
     assert out[1]["stop_reason"] == "stop"
     check_aligned(out[0])
 

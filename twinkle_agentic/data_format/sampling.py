@@ -104,8 +104,12 @@ class SamplingParams:
     def replace(self, **changes: Any) -> SamplingParams:
         return type(self)(**{**self.to_dict(), **changes})
 
-    def to_vllm(self) -> Any:
-        """Return a ``vllm.SamplingParams`` (vLLM is imported only here)."""
+    def to_vllm(self, **overrides: Any) -> Any:
+        """Return a ``vllm.SamplingParams`` (vLLM is imported only here).
+
+        ``overrides`` are extra ``vllm.SamplingParams`` arguments with no field here (e.g.
+        ``ignore_eos``); they win over the mapped fields.
+        """
         from vllm import SamplingParams as VllmSamplingParams
 
         if self.max_tokens == 0:
@@ -129,7 +133,7 @@ class SamplingParams:
             kwargs["logprobs"] = self.logprobs
         if self.prompt_logprobs is not None:
             kwargs["prompt_logprobs"] = self.prompt_logprobs
-        return VllmSamplingParams(**kwargs)
+        return VllmSamplingParams(**{**kwargs, **overrides})
 
 
 @dataclass

@@ -25,6 +25,7 @@ from .base import (
     ToolManagerSpec,
     check_max_turns,
     check_sampling_params,
+    format_error,
     open_tool_manager,
     prepare_trajectories,
     request_tools,
@@ -136,9 +137,13 @@ class MultiTurnRollout(Rollout):
         t0 = time.perf_counter()
         managers: list[Any] = []
         owned: list[Any] = []
+        failures: dict[int, BaseException] = {}
         try:
-            for spec, trajectory in zip(specs, trajectories, strict=True):
-                manager, is_owned = open_tool_manager(spec, trajectory)
+            for index, (spec, trajectory) in enumerate(zip(specs, trajectories, strict=True)):
+                try:
+                    manager, is_owned = open_tool_manager(spec, trajectory)
+                except Exception as exc:  # a factory failing for one trajectory fails only that one
+                    manager, is_owned, failures[index] = None, False, exc
                 managers.append(manager)
                 if is_owned:
                     owned.append(manager)
@@ -153,7 +158,9 @@ class MultiTurnRollout(Rollout):
                 )
                 for trajectory, manager in zip(trajectories, managers, strict=True)
             ]
-            prompts = {i: ids for i, state in enumerate(states) if (ids := state.start()) is not None}
+            for index, exc in failures.items():
+                states[index].fail(format_error(exc, "ToolManager"))
+            prompts = {i: ids for i, state in enumerate(states) if not state.done and (ids := state.start()) is not None}
             stats.setup_s = time.perf_counter() - t0
             with ThreadPoolExecutor(self.tool_concurrency, thread_name_prefix="rollout-tools") as pool:
                 while prompts:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twinkle_agentic.data_format import SampledSequence, ToolCall
+from twinkle_agentic.template.template import TemplateLengthError
 
 from .base import ERROR, LENGTH, MAX_TURNS, STOP, finish, format_error, normalise_tool_calls, tool_message
 from .bookkeeping import TokenLedger, Turn, check_aligned, chosen_logprobs
@@ -93,7 +94,7 @@ class TrajectoryState:
             encoded = self.template.encode({"messages": self.messages, "tools": self.tools}, add_generation_prompt=True)
         except Exception as exc:
             self.ledger = TokenLedger([])
-            reason = LENGTH if type(exc).__name__ == "TemplateLengthError" else ERROR
+            reason = LENGTH if isinstance(exc, TemplateLengthError) else ERROR
             self._end(reason, None if reason == LENGTH else format_error(exc, "Template"))
             return None
         self.ledger = TokenLedger(encoded["input_ids"])
@@ -162,7 +163,8 @@ class TrajectoryState:
         if self._pending is not None:
             self._close_turn(ERROR, text)
         elif not self.done:
-            self.ledger = self.ledger or TokenLedger([])
+            if self.ledger is None:
+                self.ledger = TokenLedger([])
             self._end(ERROR, text)
 
     # -- internals -------------------------------------------------------------------------------------

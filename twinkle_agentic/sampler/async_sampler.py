@@ -31,12 +31,16 @@ ENGINE_START_TIMEOUT_S = 600.0
 
 @remote_class(max_concurrency=1000)
 class AsyncVLLMSampler:
-    """Samples with ``vllm.v1.engine.async_llm.AsyncLLM`` built from ``VLLMEngineConfig(model, **config)``."""
+    """Samples with ``vllm.v1.engine.async_llm.AsyncLLM`` built from ``VLLMEngineConfig(model, **config)``.
+
+    ``sampling_overrides`` as for ``VLLMSampler``.
+    """
 
     device_mesh: DeviceMesh | None = None
 
-    def __init__(self, model: str, **config: Any):
+    def __init__(self, model: str, *, sampling_overrides: dict[str, Any] | None = None, **config: Any):
         self.config = VLLMEngineConfig(model=str(model), **config)
+        self.sampling_overrides = dict(sampling_overrides or {})
         self._ids = itertools.count()
         self._prefix = uuid.uuid4().hex[:8]
         self._loop = asyncio.new_event_loop()
@@ -66,8 +70,7 @@ class AsyncVLLMSampler:
 
         if len(prompt_ids) >= self.max_model_len:
             return context_full_response(prompt_ids)
-        vllm_params = params.to_vllm()
-        vllm_params.output_kind = RequestOutputKind.FINAL_ONLY
+        vllm_params = params.to_vllm(**self.sampling_overrides, output_kind=RequestOutputKind.FINAL_ONLY)
         final = None
         async for output in self.engine.generate({"prompt_token_ids": prompt_ids}, vllm_params, request_id):
             final = output

@@ -19,14 +19,19 @@ from .engine import VLLMEngineConfig, fit_to_context
 
 @remote_class()
 class VLLMSampler:
-    """Samples token-id prompts with a ``vllm.LLM`` built from ``VLLMEngineConfig(model, **config)``."""
+    """Samples token-id prompts with a ``vllm.LLM`` built from ``VLLMEngineConfig(model, **config)``.
+
+    ``sampling_overrides`` are ``vllm.SamplingParams`` fields applied to every request on top of the
+    mapped ``SamplingParams`` (e.g. ``{"ignore_eos": True}`` for fixed-length benchmarks).
+    """
 
     device_mesh: DeviceMesh | None = None  # one engine: no data-parallel shards to pad for
 
-    def __init__(self, model: str, **config: Any):
+    def __init__(self, model: str, *, sampling_overrides: dict[str, Any] | None = None, **config: Any):
         from vllm import LLM
 
         self.config = VLLMEngineConfig(model=str(model), **config)
+        self.sampling_overrides = dict(sampling_overrides or {})
         self.engine = LLM(**self.config.to_engine_kwargs())
         self.max_model_len = int(self.engine.llm_engine.model_config.max_model_len)
 
@@ -36,7 +41,7 @@ class VLLMSampler:
         outputs = (
             self.engine.generate(
                 [{"prompt_token_ids": prompts[i]} for i in todo],
-                [params[i].to_vllm() for i in todo],
+                [params[i].to_vllm(**self.sampling_overrides) for i in todo],
                 use_tqdm=False,
             )
             if todo

@@ -101,6 +101,7 @@ class Template:
             raise ValueError(f"the tokenizer of {model or type(tokenizer).__name__} has no chat_template; pass one")
         self.model = None if model is None else str(model)
         self.tokenizer = tokenizer
+        self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.parser = get_tool_call_parser(tool_call_parser)
         self.truncation_strategy = truncation_strategy
         if max_length is None:
@@ -132,6 +133,9 @@ class Template:
         )
 
     def encode_text(self, text: str) -> list[int]:
+        """Token ids of ``text`` without added BOS/EOS (the fast tokenizer's Rust core when available)."""
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=False).ids
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
@@ -145,13 +149,17 @@ class Template:
         messages = list(trajectory.get("messages") or [])
         tools = trajectory.get("tools") or None
         text = self.render(messages, tools, add_generation_prompt)
-        encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids = list(encoding["input_ids"])
         spans = self._assistant_spans(messages, tools, text)
-        labels = [
-            token if any(s <= start and end <= e for s, e in spans) else IGNORE_INDEX
-            for token, (start, end) in zip(ids, encoding["offset_mapping"], strict=True)
-        ]
+        if spans:
+            encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            ids = list(encoding["input_ids"])
+            labels = [
+                token if any(s <= start and end <= e for s, e in spans) else IGNORE_INDEX
+                for token, (start, end) in zip(ids, encoding["offset_mapping"], strict=True)
+            ]
+        else:  # nothing trainable (a prompt): skip the offsets
+            ids = self.encode_text(text)
+            labels = [IGNORE_INDEX] * len(ids)
         if self.max_length is not None and len(ids) > self.max_length:
             if self.truncation_strategy == "raise":
                 raise TemplateLengthError(
@@ -215,15 +223,13 @@ class Template:
         """Tokens by which ``input_ids`` differ from re-rendering ``messages`` (0 = identical).
 
         The reference ends where a generation would: with the generation prompt after a tool or
-        user message; after an assistant message without the turn suffix (unless the stream has it) and
-        without the end-of-turn marker when the last assistant turn was cut before it.
+        user message; after an assistant message without the turn suffix, and without the end-of-turn
+        marker when the last assistant turn was cut before it.
         """
         ends_with_assistant = bool(messages) and messages[-1].get("role") == "assistant"
         text = self.render(messages, tools, add_generation_prompt=not ends_with_assistant)
         ids = list(input_ids)
-        suffix_ids = self.encode_text(self.turn_suffix) if self.turn_suffix else []
-        stream_has_suffix = bool(suffix_ids) and ids[-len(suffix_ids) :] == suffix_ids
-        if ends_with_assistant and not stream_has_suffix:
+        if ends_with_assistant:  # a generation ends right after its tokens: no suffix follows
             if self.turn_suffix and text.endswith(self.turn_suffix):
                 text = text[: -len(self.turn_suffix)]
             if not self.ends_turn(ids) and text.endswith(self.end_of_turn):
