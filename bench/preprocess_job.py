@@ -1,0 +1,225 @@
+#!/usr/bin/env python
+"""Preprocess job throughput and memory vs the one-process pipeline, side by side in one run.
+
+    python bench/preprocess_job.py --rows 200000 1000000 --cpus 1 2
+
+For each corpus size it generates sharded JSONL (scripts/make_sample_data.py), then runs, each in a
+fresh subprocess: the one-process reference (the same steps through QualityPreprocessor and
+DedupFilter, reading and writing JSONL) and the Ray Data job on an embedded local cluster with each
+``--cpus`` value. It prints one table: rows/s, parallel efficiency = job rows/s / (one-process rows/s
+x CPUs), peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
+record ``{bench, params, git_sha, results}`` to ``--record`` when given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARDS = 16
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class WorkerMemory:
+    """Samples the RSS of this process's Ray worker processes (``ray::...``) in a thread."""
+
+    def __init__(self, interval_s: float = 0.2):
+        import psutil
+
+        self.psutil, self.interval_s = psutil, interval_s
+        self.peak_total_mb = self.peak_single_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = self.psutil.Process()
+        while not self._stop.is_set():
+            total = single = 0.0
+            for proc in me.children(recursive=True):
+                try:
+                    if proc.name().startswith("ray::") or " ray::" in " ".join(proc.cmdline()[:1]):
+                        rss = proc.memory_info().rss / 2**20
+                        total += rss
+                        single = max(single, rss)
+                except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
+                    continue
+            self.peak_total_mb = max(self.peak_total_mb, total)
+            self.peak_single_mb = max(self.peak_single_mb, single)
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> WorkerMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def child_baseline(corpus: str, config: str | None, output: str) -> dict:
+    """One process: read + parse, the pipeline over all rows, write kept rows and the ledger."""
+    from jobs.preprocess.config import build_parser, resolve_config
+    from jobs.preprocess.inprocess import run_in_process
+    from jobs.preprocess.job import plan
+    from jobs.preprocess.sources import dumps
+
+    argv = ["--input", corpus, "--output", output] + (["--config", config] if config else [])
+    cfg = resolve_config(build_parser().parse_args(argv))
+    _, steps, _, _ = plan(cfg)
+    start = time.perf_counter()
+    result = run_in_process(cfg.inputs, steps)
+    os.makedirs(output, exist_ok=True)
+    with open(os.path.join(output, "kept.jsonl"), "w", encoding="utf-8") as kept:
+        kept.writelines(dumps(row) + "\n" for row in result.kept)
+    with open(os.path.join(output, "dropped.jsonl"), "w", encoding="utf-8") as dropped:
+        dropped.writelines(dumps({"step": s, "reason": r, "row": row}) + "\n" for s, r, row in result.dropped)
+    seconds = time.perf_counter() - start
+    return {
+        "rows": result.rows_read,
+        "kept": len(result.kept),
+        "seconds": seconds,
+        "driver_peak_mb": _peak_rss_mb(),
+    }
+
+
+def child_job(corpus: str, config: str | None, output: str, cpus: int, batch_size: int | None) -> dict:
+    from jobs.preprocess.config import build_parser, resolve_config
+    from jobs.preprocess.job import run
+
+    argv = ["--input", corpus, "--output", output, "--num-cpus", str(cpus), "--no-progress", "--overwrite"]
+    argv += (["--config", config] if config else []) + (
+        ["--batch-size", str(batch_size)] if batch_size else []
+    )
+    cfg = resolve_config(build_parser().parse_args(argv))
+    with WorkerMemory() as workers:
+        summary = run(cfg)
+    return {
+        "rows": summary.rows_read,
+        "kept": summary.kept,
+        "seconds": summary.seconds,
+        "driver_peak_mb": _peak_rss_mb(),
+        "workers_peak_total_mb": workers.peak_total_mb,
+        "workers_peak_single_mb": workers.peak_single_mb,
+    }
+
+
+def _child(args: list[str]) -> dict:
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"child {args[0]} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def make_corpus(work: Path, rows: int, seed: int) -> Path:
+    corpus = work / f"corpus-{rows}-{seed}"
+    if not (corpus / "manifest.json").exists():
+        subprocess.run(
+            [sys.executable, str(REPO_ROOT / "scripts" / "make_sample_data.py"), "--rows", str(rows), "--seed",
+             str(seed), "--shards", str(SHARDS), "--out", str(corpus)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    return corpus
+
+
+def _git_sha() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
+    )
+    return out.stdout.strip() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rows", type=int, nargs="+", default=[200_000, 1_000_000], help="base rows per corpus"
+    )
+    parser.add_argument("--cpus", type=int, nargs="+", default=[1, 2], help="CPUs of the embedded cluster")
+    parser.add_argument("--config", help="pipeline YAML (default: the bundled default pipeline)")
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/twinkle-bench-preprocess"))
+    parser.add_argument("--record", type=Path, help="append a JSON record of the results to this file")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child:
+        kind, *rest = json.loads(args.child)
+        result = child_baseline(*rest) if kind == "baseline" else child_job(*rest)
+        print("RESULT " + json.dumps(result))
+        return 0
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    print(f"# load average before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores")
+    results = []
+    header = f"{'rows':>9} {'run':>13} {'seconds':>8} {'rows/s':>8} {'efficiency':>10} {'driver MB':>9} {'workers MB':>10}"
+    print(header)
+    for n in args.rows:
+        corpus = make_corpus(args.work, n, args.seed)
+        base = _child(["baseline", str(corpus), args.config, str(args.work / f"out-base-{n}")])
+        base_rate = base["rows"] / base["seconds"]
+        results.append(
+            {"rows": base["rows"], "run": "one-process", "cpus": 1, **base, "rows_per_s": base_rate}
+        )
+        print(
+            f"{base['rows']:>9,} {'one-process':>13} {base['seconds']:>8.1f} {base_rate:>8,.0f} {'':>10} {base['driver_peak_mb']:>9,.0f} {'':>10}"
+        )
+        for cpus in args.cpus:
+            job = _child(
+                [
+                    "job",
+                    str(corpus),
+                    args.config,
+                    str(args.work / f"out-job-{n}-{cpus}"),
+                    cpus,
+                    args.batch_size,
+                ]
+            )
+            rate = job["rows"] / job["seconds"]
+            efficiency = rate / (base_rate * cpus)
+            results.append({"run": "job", "cpus": cpus, **job, "rows_per_s": rate, "efficiency": efficiency})
+            print(
+                f"{job['rows']:>9,} {f'job {cpus} CPU':>13} {job['seconds']:>8.1f} {rate:>8,.0f} {efficiency:>10.0%} "
+                f"{job['driver_peak_mb']:>9,.0f} {job['workers_peak_total_mb']:>10,.0f}"
+            )
+    print(f"# load average after: {os.getloadavg()[0]:.2f} (1 min)")
+    record = {
+        "bench": "preprocess_job",
+        "params": {
+            "rows": args.rows,
+            "cpus": args.cpus,
+            "config": args.config or "bundled default",
+            "seed": args.seed,
+        },
+        "git_sha": _git_sha(),
+        "results": results,
+    }
+    print(json.dumps(record))
+    if args.record:
+        with open(args.record, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
