@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("twinkle_agentic.doctor:main", "report which optional stacks are installed and working"),
     "cluster": ("cluster.cli:main", "connect to / start / stop a Ray cluster; print its environment"),
     "preprocess": ("jobs.preprocess:main", "clean chat/agent datasets on Ray Data: filters, global dedup, drop ledger"),
+    "rollout": ("jobs.rollout:main", "multi-turn tool-calling rollouts on a Ray farm of vLLM engines, resumable"),
 }
 
 

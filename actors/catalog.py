@@ -1,0 +1,145 @@
+"""The tools and environments a rollout worker may offer, and one tool manager per trajectory.
+
+A ``ToolCatalog`` is built by the driver once the services are up: named **toolsets** (lists of
+``Tool`` objects, usually ``RemoteTool`` clients of a Serve tool server, which pickle as their URL and
+schema) and named **environments** (an ``EnvEndpoint`` per OpenEnv-protocol server). It ships to the
+workers inside ``RolloutSpec``.
+
+A trajectory chooses with two optional keys: ``toolsets`` (names; default: every toolset) and
+``envs`` (names; default: none). For each environment it names, the worker opens **one OpenEnv
+session for that trajectory**, resets it with the trajectory's context (so e.g. the guessing game
+takes its target from ``user_data``) and registers the environment's tools. Resets are timed as tool
+calls named ``<env>.reset``. The model is offered
+the environment tools first, then the toolsets', in catalog order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from twinkle_agentic.data_format import ToolInfo, Trajectory
+from twinkle_agentic.tools.tool_manager import ToolManager
+
+from .activity import ActivityRecorder
+
+TOOLSETS_KEY = "toolsets"
+ENVS_KEY = "envs"
+
+
+class SelectionError(ValueError):
+    """A trajectory names a toolset or environment the catalog does not have."""
+
+
+class EnvOpenError(RuntimeError):
+    """An environment session could not be opened or reset for a trajectory."""
+
+
+@dataclass(frozen=True)
+class EnvEndpoint:
+    """An OpenEnv-protocol server (``deployments/env_server.py`` or any openenv server).
+
+    ``tools`` are the schemas the environment serves (its ``/metadata``); ``client_options`` go to
+    ``OpenEnv(env_kwargs=...)`` (``message_timeout_s``, ``connect_timeout_s``, ``headers``);
+    ``reset_kwargs`` are sent with every reset, next to ``episode_id`` and the ``trajectory``
+    context (its ``trajectory_id``, ``prompt_id`` and ``user_data``). The server passes on only the
+    keys its environment's ``reset`` accepts.
+    """
+
+    name: str
+    url: str
+    tools: tuple[ToolInfo, ...]
+    client_options: Mapping[str, Any] = field(default_factory=dict)
+    reset_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    retry_attempts: int = 8
+
+    def open(self, trajectory: Trajectory) -> Any:
+        """A reset OpenEnv session for ``trajectory``; raises ``EnvOpenError`` when it cannot be had."""
+        from twinkle_agentic.envs.openenv import OpenEnv
+
+        context = {key: trajectory[key] for key in ("trajectory_id", "prompt_id", "user_data") if key in trajectory}
+        reset = {**self.reset_kwargs, "trajectory": context}
+        if "trajectory_id" in trajectory:
+            reset.setdefault("episode_id", str(trajectory["trajectory_id"]))
+        env = OpenEnv(
+            self.url,
+            env_kwargs=dict(self.client_options),
+            tool_schema=list(self.tools),
+            reset_kwargs=reset,
+            retry_attempts=self.retry_attempts,
+        )
+        result = env.reset()
+        error = (result.info or {}).get("error_code")
+        if error is not None:
+            env.close()
+            raise EnvOpenError(f"environment {self.name!r} at {self.url}: reset failed ({error}): {result.observation}")
+        return env
+
+
+class TimedToolManager(ToolManager):
+    """A ``ToolManager`` whose every dispatch is timed as one tool interval of the worker."""
+
+    def __init__(self, recorder: ActivityRecorder, tools: Sequence[Any] = ()):
+        super().__init__(list(tools))
+        self.recorder = recorder
+        self.envs: dict[str, Any] = {}
+
+    def __call__(self, tool_call: Any) -> str:
+        function = tool_call.get("function") if isinstance(tool_call, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        return self.recorder.tool_call(str(name), lambda: ToolManager.__call__(self, tool_call))
+
+    def env_rewards(self) -> dict[str, float]:
+        """Episode reward of each environment session this trajectory held."""
+        return {name: float(getattr(env, "episode_reward", 0.0) or 0.0) for name, env in self.envs.items()}
+
+
+@dataclass
+class ToolCatalog:
+    """Named toolsets and environments; ``manager_for`` builds a trajectory's tool manager."""
+
+    toolsets: dict[str, list[Any]] = field(default_factory=dict)
+    envs: dict[str, EnvEndpoint] = field(default_factory=dict)
+
+    def selection(self, trajectory: Trajectory) -> tuple[list[str], list[str]]:
+        """``(toolset names, env names)`` a trajectory asks for; ``SelectionError`` names unknown ones."""
+        toolsets = _names(trajectory, TOOLSETS_KEY, default=list(self.toolsets))
+        envs = _names(trajectory, ENVS_KEY, default=[])
+        for kind, names, known in (("toolset", toolsets, self.toolsets), ("environment", envs, self.envs)):
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise SelectionError(f"unknown {kind}(s) {unknown}; this run serves {sorted(known) or 'none'}")
+        return toolsets, envs
+
+    def manager_for(self, trajectory: Trajectory, recorder: ActivityRecorder) -> TimedToolManager:
+        """The trajectory's tools: its environments' sessions (opened and reset here), then its toolsets."""
+        from twinkle_agentic.envs.env_tool import EnvTool
+
+        toolsets, envs = self.selection(trajectory)
+        manager = TimedToolManager(recorder)
+        try:
+            for name in envs:
+                endpoint = self.envs[name]
+                env = recorder.tool_call(f"{name}.reset", lambda endpoint=endpoint: endpoint.open(trajectory))
+                manager.envs[name] = env
+                for tool in EnvTool.from_env(env):
+                    manager.register(tool)
+            for name in toolsets:
+                for tool in self.toolsets[name]:
+                    manager.register(tool)
+        except BaseException:
+            manager.close()
+            raise
+        return manager
+
+
+def _names(trajectory: Trajectory, key: str, default: list[str]) -> list[str]:
+    value = trajectory.get(key)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise SelectionError(f"'{key}' must be a name or a list of names, got {value!r}")
+    return list(value)

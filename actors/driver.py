@@ -1,0 +1,361 @@
+"""``RolloutFarm``: rollout workers on Ray, fed batches, streamed back, restarted when they die.
+
+Sharding is dynamic: the trajectories are cut into batches of ``batch_size`` in input order, and
+each ready worker holds up to ``inflight_per_worker`` of them (one running, the next queued inside
+the actor so the engine never waits for a round trip). Whenever a batch finishes (``ray.wait``), its
+trajectories are yielded at once and that worker gets the next batch, so fast workers take more.
+
+When a worker dies (its process is killed, its node goes away, its engine breaks, or a batch
+exceeds ``batch_timeout_s``), every batch it held that had not come back goes to the front of the
+queue, the dead actor is killed for good, and a replacement is started in the background; the other
+workers carry on meanwhile. Batches that came back are never re-run, so **every trajectory comes
+back exactly once**. A batch that keeps failing is split in halves from its second retry on (to
+isolate a trajectory that crashes engines), and after ``max_batch_attempts`` its trajectories come
+back with ``stop_reason="error"``, as do all remaining ones if every worker slot has used up its
+``max_worker_restarts``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from twinkle_agentic.data_format import Trajectory
+
+from .activity import Activity
+from .config import EngineConfig, FarmConfigError, RolloutSpec, check_positive
+from .worker import ID_KEY, RolloutWorker, error_trajectory
+
+logger = logging.getLogger(__name__)
+
+
+class FarmStartError(RuntimeError):
+    """No rollout worker became ready; carries each slot's failure."""
+
+
+@dataclass
+class FarmOptions:
+    """How many workers, how work is cut and queued, and how failures are retried."""
+
+    workers: int = 1
+    batch_size: int = 8
+    inflight_per_worker: int = 2
+    ready_timeout_s: float = 900.0
+    max_worker_restarts: int = 3
+    max_batch_attempts: int = 3
+    batch_timeout_s: float | None = None
+
+    def validate(self) -> FarmOptions:
+        check_positive("workers", self.workers, integer=True)
+        check_positive("batch_size", self.batch_size, integer=True)
+        check_positive("inflight_per_worker", self.inflight_per_worker, integer=True)
+        check_positive("ready_timeout_s", self.ready_timeout_s)
+        check_positive("max_worker_restarts", self.max_worker_restarts, integer=True, allow_zero=True)
+        check_positive("max_batch_attempts", self.max_batch_attempts, integer=True)
+        check_positive("batch_timeout_s", self.batch_timeout_s, allow_none=True)
+        return self
+
+
+@dataclass
+class Batch:
+    trajectories: list[Trajectory]
+    attempts: int = 0
+    last_error: str | None = None
+
+
+@dataclass
+class FarmBatch:
+    """One batch as it came back: trajectories (stamped with ``worker`` and ``attempts``) and accounting."""
+
+    trajectories: list[Trajectory]
+    activity: Activity
+    generated_tokens: int
+    worker: int | None  # slot index; None when the farm gave up on the batch
+    attempts: int
+
+
+@dataclass
+class WorkerSlot:
+    """One worker position; its actor is replaced when it dies, up to ``max_worker_restarts`` times."""
+
+    index: int
+    handle: Any = None
+    state: str = "starting"  # starting | ready | retired
+    ready_ref: Any = None
+    launched_at: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+    restarts: int = 0
+    inflight: dict[Any, tuple[Batch, float]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+class RolloutFarm:
+    """``options.workers`` rollout workers, each holding one engine of ``engine``."""
+
+    def __init__(
+        self,
+        engine: EngineConfig,
+        spec: RolloutSpec,
+        options: FarmOptions | None = None,
+        *,
+        worker_cls: type = RolloutWorker,
+    ):
+        self.engine = engine.validate()
+        self.spec = spec.validate()
+        self.options = (options or FarmOptions()).validate()
+        self.worker_cls = worker_cls
+        self.slots = [WorkerSlot(i) for i in range(self.options.workers)]
+        self.restarts = 0
+        self.given_up = 0
+        self._owner: dict[Any, WorkerSlot] = {}
+        self._out: deque[FarmBatch] = deque()
+        self._actor_cls: Any = None
+
+    # -- workers ---------------------------------------------------------------------------------------
+
+    @property
+    def handles(self) -> list[Any]:
+        """The current actor handle of each slot (tests kill them with ``ray.kill``)."""
+        return [slot.handle for slot in self.slots]
+
+    def _launch(self, slot: WorkerSlot) -> None:
+        import ray
+
+        if self._actor_cls is None:
+            self._actor_cls = ray.remote(self.worker_cls).options(**self.worker_cls.ray_options(self.engine))
+        slot.handle = self._actor_cls.remote(self.engine, self.spec)
+        slot.ready_ref = slot.handle.ready.remote()
+        slot.launched_at = time.monotonic()
+        slot.state = "starting"
+        self._owner[slot.ready_ref] = slot
+
+    def _replace(self, slot: WorkerSlot, reason: str) -> None:
+        """Kill the slot's actor; start a new one unless the slot has used its restarts."""
+        import ray
+
+        slot.errors.append(reason)
+        if slot.ready_ref is not None:
+            self._owner.pop(slot.ready_ref, None)
+            slot.ready_ref = None
+        with contextlib.suppress(Exception):  # already gone
+            ray.kill(slot.handle, no_restart=True)
+        if slot.restarts >= self.options.max_worker_restarts:
+            slot.state = "retired"
+            logger.error("worker %d retired after %d restarts: %s", slot.index, slot.restarts, reason)
+            return
+        slot.restarts += 1
+        self.restarts += 1
+        logger.warning("worker %d: %s; starting a replacement (restart %d)", slot.index, reason, slot.restarts)
+        self._launch(slot)
+
+    def _on_ready(self, slot: WorkerSlot, ref: Any) -> None:
+        import ray
+
+        self._owner.pop(ref, None)
+        slot.ready_ref = None
+        try:
+            slot.info = ray.get(ref)
+        except Exception as exc:
+            self._replace(slot, f"failed to start: {_describe(exc)}")
+            return
+        slot.state = "ready"
+        logger.info("worker %d ready: %s", slot.index, slot.info)
+
+    def start(self) -> list[dict[str, Any]]:
+        """Start every worker and wait until each is ready or retired (at most ``ready_timeout_s`` each)."""
+        for slot in self.slots:
+            if slot.handle is None:
+                self._launch(slot)
+        while any(slot.state == "starting" for slot in self.slots):
+            self._step(deque())
+        ready = [slot.info for slot in self.slots if slot.state == "ready"]
+        if not ready:
+            reasons = "; ".join(f"worker {s.index}: {s.errors[-1] if s.errors else 'unknown'}" for s in self.slots)
+            raise FarmStartError(f"no rollout worker became ready ({reasons})")
+        return ready
+
+    def shutdown(self) -> None:
+        """Stop every worker (engines shut down, then the actors are killed)."""
+        import ray
+
+        live = [slot.handle for slot in self.slots if slot.handle is not None and slot.state != "retired"]
+        refs = []
+        for handle in live:
+            with contextlib.suppress(Exception):
+                refs.append(handle.shutdown.remote())
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=15)
+        for handle in live:
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+        for slot in self.slots:
+            slot.state, slot.handle, slot.inflight = "retired", None, {}
+
+    # -- work ------------------------------------------------------------------------------------------
+
+    def run(self, trajectories: Iterable[Trajectory]) -> Iterator[FarmBatch]:
+        """Roll out every trajectory; yields batches as they finish (in completion order).
+
+        Each trajectory needs a unique ``trajectory_id``. Call ``start()`` first (``run`` starts the
+        workers itself if it was not called).
+        """
+        items = list(trajectories)
+        _check_ids(items)
+        if all(slot.handle is None for slot in self.slots):
+            self.start()
+        size = self.options.batch_size
+        queue: deque[Batch] = deque(Batch(items[i : i + size]) for i in range(0, len(items), size))
+        while queue or self._owner or self._out:
+            while self._out:
+                yield self._out.popleft()
+            if not queue and not any(slot.inflight for slot in self.slots):
+                break
+            if not any(slot.state != "retired" for slot in self.slots):
+                while queue:
+                    self._give_up(queue.popleft(), "no rollout worker is left (every slot used its restarts)")
+                continue
+            self._dispatch(queue)
+            result = self._step(queue)
+            if result is not None:
+                yield result
+        while self._out:
+            yield self._out.popleft()
+
+    def _dispatch(self, queue: deque[Batch]) -> None:
+        """Hand out batches round-robin until every ready worker holds ``inflight_per_worker``."""
+        limit = self.options.inflight_per_worker
+        while queue:
+            open_slots = [s for s in self.slots if s.state == "ready" and len(s.inflight) < limit]
+            if not open_slots:
+                return
+            for slot in sorted(open_slots, key=lambda s: len(s.inflight)):
+                if not queue:
+                    return
+                batch = queue.popleft()
+                ref = slot.handle.run_batch.remote(batch.trajectories)
+                slot.inflight[ref] = (batch, time.monotonic())
+                self._owner[ref] = slot
+
+    def _step(self, queue: deque[Batch]) -> FarmBatch | None:
+        """Wait for the next event (a batch, a worker ready, or a deadline) and handle it."""
+        import ray
+
+        if not self._owner:
+            return None
+        timeout = self._next_deadline()
+        done, _ = ray.wait(list(self._owner), num_returns=1, timeout=timeout)
+        if not done:
+            self._expire(queue)
+            return None
+        ref = done[0]
+        slot = self._owner[ref]
+        if ref == slot.ready_ref:
+            self._on_ready(slot, ref)
+            return None
+        return self._on_result(slot, ref, queue)
+
+    def _on_result(self, slot: WorkerSlot, ref: Any, queue: deque[Batch]) -> FarmBatch | None:
+        import ray
+        from ray.exceptions import RayTaskError
+
+        self._owner.pop(ref, None)
+        batch, _ = slot.inflight.pop(ref)
+        try:
+            result = ray.get(ref)
+        except RayTaskError as exc:
+            if _cause_name(exc) == "WorkerUnhealthy":
+                self._lose(slot, batch, _describe(exc), queue)
+            else:  # the worker is alive but the call failed (e.g. arguments it could not take)
+                self._retry(batch, _describe(exc), queue)
+            return None
+        except Exception as exc:  # the actor died or is unreachable
+            self._lose(slot, batch, f"died: {_describe(exc)}", queue)
+            return None
+        attempts = batch.attempts + 1
+        for trajectory in result.trajectories:
+            trajectory["worker"] = slot.index
+            trajectory["attempts"] = attempts
+        return FarmBatch(result.trajectories, result.activity, result.generated_tokens, slot.index, attempts)
+
+    def _lose(self, slot: WorkerSlot, batch: Batch, reason: str, queue: deque[Batch]) -> None:
+        """A worker is gone: requeue its batches (the given one first, keeping input order) and replace it."""
+        lost = [batch] + [b for b, _ in sorted(slot.inflight.values(), key=lambda item: item[1])]
+        for other in slot.inflight:
+            self._owner.pop(other, None)
+        slot.inflight = {}
+        for lost_batch in reversed(lost):
+            self._retry(lost_batch, f"worker {slot.index} {reason}", queue)
+        self._replace(slot, reason)
+
+    def _retry(self, batch: Batch, error: str, queue: deque[Batch]) -> None:
+        batch.attempts += 1
+        batch.last_error = error
+        if batch.attempts >= self.options.max_batch_attempts:
+            self._give_up(batch, f"gave up after {batch.attempts} attempts; last: {error}")
+        elif batch.attempts >= 2 and len(batch.trajectories) > 1:
+            half = len(batch.trajectories) // 2
+            queue.appendleft(Batch(batch.trajectories[half:], batch.attempts, error))
+            queue.appendleft(Batch(batch.trajectories[:half], batch.attempts, error))
+        else:
+            queue.appendleft(batch)
+
+    def _give_up(self, batch: Batch, reason: str) -> None:
+        self.given_up += len(batch.trajectories)
+        failed = []
+        for trajectory in batch.trajectories:
+            out = error_trajectory(trajectory, f"RolloutFarmError: {reason}")
+            out.update(worker=None, attempts=batch.attempts)
+            failed.append(out)
+        self._out.append(FarmBatch(failed, Activity(), 0, None, batch.attempts))
+
+    # -- deadlines -------------------------------------------------------------------------------------
+
+    def _next_deadline(self) -> float | None:
+        now = time.monotonic()
+        deadlines = [s.launched_at + self.options.ready_timeout_s for s in self.slots if s.state == "starting"]
+        if self.options.batch_timeout_s is not None:
+            deadlines += [t + self.options.batch_timeout_s for s in self.slots for _, t in s.inflight.values()]
+        return max(0.0, min(deadlines) - now) if deadlines else None
+
+    def _expire(self, queue: deque[Batch]) -> None:
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.state == "starting" and now - slot.launched_at >= self.options.ready_timeout_s:
+                self._replace(slot, f"not ready after ready_timeout_s={self.options.ready_timeout_s:g}")
+                continue
+            limit = self.options.batch_timeout_s
+            overdue = [ref for ref, (_, t) in slot.inflight.items() if limit is not None and now - t >= limit]
+            if overdue:
+                batch, _ = slot.inflight.pop(overdue[0])
+                self._owner.pop(overdue[0], None)
+                self._lose(slot, batch, f"exceeded batch_timeout_s={limit:g}", queue)
+
+
+def _check_ids(items: list[Trajectory]) -> None:
+    seen: set[Any] = set()
+    for index, trajectory in enumerate(items):
+        if not isinstance(trajectory, dict):
+            raise TypeError(f"trajectory {index} must be a dict, got {type(trajectory).__name__}")
+        tid = trajectory.get(ID_KEY)
+        if tid is None:
+            raise FarmConfigError(f"trajectory {index} has no {ID_KEY!r}; the farm tracks every trajectory by it")
+        if tid in seen:
+            raise FarmConfigError(f"{ID_KEY} {tid!r} appears twice; ids must be unique within a run")
+        seen.add(tid)
+
+
+def _cause_name(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None)
+    return type(cause).__name__ if cause is not None else ""
+
+
+def _describe(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None)
+    target = cause if isinstance(cause, BaseException) else exc
+    text = str(target).strip().splitlines()
+    return f"{type(target).__name__}: {text[-1] if text else ''}"[:500]

@@ -1,0 +1,104 @@
+"""Rollout modes: how a worker turns a batch of prompts into trajectories on its engine.
+
+A mode owns the engine and the rollout implementation. The worker picks it by name from
+``EngineConfig.mode``; a mode is registered as a lazy ``"module:Class"`` string, so a new one (e.g.
+per-trajectory scheduling on vLLM's async engine) plugs in with ``register_mode`` and no change to
+the worker, the driver or the job. A mode class implements:
+
+    __init__(engine: EngineConfig, spec: RolloutSpec, recorder: ActivityRecorder)   # starts the engine
+    concurrent_batches: bool           # may two generate() calls share the engine at once?
+    ready() -> dict                    # model, max_model_len, device
+    rollout(trajectories, managers) -> list[Trajectory]   # one manager per trajectory, same order
+    healthy() -> bool                  # False once the engine is unusable (the driver restarts the worker)
+    shutdown() -> None
+
+Timing contract: every generation request runs inside ``recorder.span("engine")``; tool calls are
+timed by the managers they are given.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from twinkle_agentic.data_format import SamplingParams, Trajectory
+
+MODES: dict[str, str] = {"sync": "actors.modes:SyncRollout"}
+
+
+def register_mode(name: str, import_path: str) -> None:
+    """Make ``EngineConfig(mode=name)`` build workers with the class at ``"module:Class"``."""
+    if not isinstance(name, str) or not name or ":" not in import_path:
+        raise ValueError(f"register_mode needs a name and a 'module:Class' path, got {name!r}, {import_path!r}")
+    MODES[name] = import_path
+
+
+def available_modes() -> set[str]:
+    return set(MODES)
+
+
+def mode_class(name: str) -> type:
+    if name not in MODES:
+        raise ValueError(f"unknown rollout mode {name!r}; registered: {sorted(MODES)}")
+    module, _, attr = MODES[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+class TimedSampler:
+    """A sampler whose ``sample`` calls are recorded as engine intervals; everything else passes through."""
+
+    def __init__(self, sampler: Any, recorder: Any):
+        self._sampler = sampler
+        self._recorder = recorder
+        self.device_mesh = getattr(sampler, "device_mesh", None)
+
+    def sample(self, inputs: list[Any], sampling_params: SamplingParams | Sequence[SamplingParams] | None = None):
+        with self._recorder.span("engine"):
+            return self._sampler.sample(inputs, sampling_params)
+
+
+class SyncRollout:
+    """``MultiTurnRollout`` over an offline vLLM engine: one batched ``sample`` per turn.
+
+    The engine is not thread-safe, so the worker runs one batch at a time on it.
+    """
+
+    concurrent_batches = False
+
+    def __init__(self, engine: Any, spec: Any, recorder: Any):
+        from twinkle_agentic.rollout.multi_turn import MultiTurnRollout
+        from twinkle_agentic.sampler import VLLMSampler
+        from twinkle_agentic.template import Template
+
+        self.sampler = VLLMSampler(engine.model, **engine.sampler_kwargs())
+        template_kwargs = dict(spec.template)
+        template_kwargs.setdefault("max_length", self.sampler.max_model_len)
+        self.template = Template(engine.model, **template_kwargs)
+        self.rollout_impl = MultiTurnRollout(
+            TimedSampler(self.sampler, recorder),
+            self.template,
+            sampling_params=spec.sampling_params(),
+            max_turns=spec.max_turns,
+            max_trajectory_tokens=spec.max_trajectory_tokens,
+            tool_concurrency=spec.tool_concurrency,
+            verify_tokens=spec.verify_tokens,
+        )
+        self._dead: BaseException | None = None
+
+    def ready(self) -> dict[str, Any]:
+        return self.sampler.ready()
+
+    def rollout(self, trajectories: list[Trajectory], managers: list[Any]) -> list[Trajectory]:
+        try:
+            return self.rollout_impl(trajectories, tool_manager=managers)
+        except Exception as exc:
+            if "EngineDead" in type(exc).__name__ or "EngineDead" in str(exc):
+                self._dead = exc
+            raise
+
+    def healthy(self) -> bool:
+        return self._dead is None
+
+    def shutdown(self) -> None:
+        self.sampler.shutdown()

@@ -1,0 +1,158 @@
+"""``RolloutWorker``: one vLLM engine and the rollout that drives it, as a plain class.
+
+The driver makes it a Ray actor with ``ray.remote(RolloutWorker).options(**RolloutWorker.ray_options(cfg))``;
+tests can build it in-process. A batch never raises for a trajectory's sake: a trajectory whose
+tools cannot be opened, or whose rollout fails, comes back with ``stop_reason="error"`` and the
+actor lives on. Only a broken engine makes ``run_batch`` raise ``WorkerUnhealthy``, telling the
+driver to replace the worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from twinkle_agentic.data_format import Trajectory
+from twinkle_agentic.rollout.base import ERROR, finish, format_error
+
+from .activity import Activity, ActivityRecorder
+from .catalog import ToolCatalog
+from .config import EngineConfig, RolloutSpec
+from .modes import mode_class
+
+logger = logging.getLogger(__name__)
+
+ID_KEY = "trajectory_id"
+MAX_CONCURRENT_CALLS = 4  # generate calls queue inside the actor; ready/stats answer meanwhile
+
+
+class WorkerUnhealthy(RuntimeError):
+    """The worker's engine is unusable; the driver should replace this worker."""
+
+
+@dataclass
+class BatchResult:
+    """A finished batch: the trajectories in input order and the worker's activity meanwhile."""
+
+    trajectories: list[Trajectory]
+    activity: Activity
+    generated_tokens: int
+
+
+def error_trajectory(trajectory: Trajectory, error: str) -> Trajectory:
+    """A trajectory that ended before any token was sampled: the prompt, no tokens, ``stop_reason='error'``."""
+    out = dict(trajectory)
+    out["messages"] = [dict(m) for m in trajectory.get("messages") or []]
+    out.update({"input_ids": [], "labels": [], "logprobs": [], "length": 0})
+    return finish(out, ERROR, 0, error)
+
+
+def generated_tokens(trajectory: Trajectory) -> int:
+    """Tokens the policy generated in a trajectory (its trainable labels)."""
+    return sum(1 for label in trajectory.get("labels") or [] if label != -100)
+
+
+class RolloutWorker:
+    """Holds one engine (built by the ``cfg.mode`` rollout mode) and rolls out batches on it."""
+
+    def __init__(self, cfg: EngineConfig, rollout: RolloutSpec | None = None):
+        self.cfg = cfg.validate()
+        self.spec = (rollout or RolloutSpec()).validate()
+        self.recorder = ActivityRecorder()
+        start = time.perf_counter()
+        self.mode = mode_class(cfg.mode)(cfg, self.spec, self.recorder)
+        self.startup_s = time.perf_counter() - start
+        self._engine_lock = contextlib.nullcontext() if self.mode.concurrent_batches else threading.Lock()
+        self._open_pool = ThreadPoolExecutor(max(1, self.spec.tool_concurrency), thread_name_prefix="open-tools")
+
+    @staticmethod
+    def ray_options(cfg: EngineConfig) -> dict[str, Any]:
+        """Ray actor options for a worker of ``cfg``: resources, process environment, no Ray-side restarts
+        (the driver restarts workers itself and re-runs only their unfinished trajectories)."""
+        cfg.validate()
+        runtime_env = dict(cfg.runtime_env)
+        runtime_env["env_vars"] = {**cfg.process_env(), **dict(runtime_env.get("env_vars") or {})}
+        return {
+            "num_cpus": cfg.num_cpus,
+            "num_gpus": cfg.num_gpus,
+            "runtime_env": runtime_env,
+            "max_restarts": 0,
+            "max_concurrency": MAX_CONCURRENT_CALLS,
+        }
+
+    def ready(self) -> dict[str, Any]:
+        """What the driver checks before sending work: model, context length, device, where and how fast."""
+        info = dict(self.mode.ready())
+        info.update(mode=self.cfg.mode, pid=os.getpid(), host=socket.gethostname(), startup_s=round(self.startup_s, 3))
+        return info
+
+    def generate(self, batch: list[Trajectory]) -> list[Trajectory]:
+        """Roll out ``batch``; every trajectory comes back, in order, with a ``stop_reason``."""
+        return self.run_batch(batch).trajectories
+
+    def run_batch(self, batch: list[Trajectory]) -> BatchResult:
+        """``generate`` plus the worker's activity over the batch (what the driver's summary is built from)."""
+        if not isinstance(batch, list) or not all(isinstance(t, dict) for t in batch):
+            raise TypeError("run_batch takes a list of trajectory dicts")
+        with self._engine_lock, self.recorder.span("active"):
+            results = self._roll(batch)
+        return BatchResult(results, self.recorder.settle(), sum(generated_tokens(t) for t in results))
+
+    def _roll(self, batch: list[Trajectory]) -> list[Trajectory]:
+        """Open each trajectory's tools, run the mode's rollout, close the tools.
+
+        When the rollout fails as a whole, each trajectory is retried alone with fresh tools (its env
+        sessions may have moved), so only trajectories that fail on their own end with ``error``.
+        """
+        results: list[Trajectory | None] = [None] * len(batch)
+        managers = self._open_managers(batch, results)
+        todo = [i for i, r in enumerate(results) if r is None]
+        failure = None
+        try:
+            if todo:
+                outputs = self.mode.rollout([batch[i] for i in todo], [managers[i] for i in todo])
+                for i, output in zip(todo, outputs, strict=True):
+                    rewards = managers[i].env_rewards()
+                    results[i] = {**output, "env_rewards": rewards} if rewards else output
+        except Exception as exc:
+            self._check_health(exc)
+            failure = exc
+        finally:
+            for manager in managers:
+                if manager is not None:
+                    manager.close()
+        if failure is not None:
+            if len(batch) == 1:
+                return [error_trajectory(batch[0], format_error(failure))]
+            logger.warning("a batch of %d failed (%s); retrying each trajectory alone", len(todo), format_error(failure))
+            for i in todo:
+                results[i] = self._roll([batch[i]])[0]
+        return results
+
+    def _open_managers(self, batch: list[Trajectory], results: list[Trajectory | None]) -> list[Any]:
+        """One tool manager per trajectory (env sessions opened in parallel); failures end that trajectory."""
+        catalog = self.spec.catalog or ToolCatalog()
+        futures = [self._open_pool.submit(catalog.manager_for, t, self.recorder) for t in batch]
+        managers = []
+        for i, future in enumerate(futures):
+            try:
+                managers.append(future.result())
+            except Exception as exc:
+                managers.append(None)
+                results[i] = error_trajectory(batch[i], format_error(exc, "ToolSetup"))
+        return managers
+
+    def _check_health(self, exc: BaseException) -> None:
+        if not self.mode.healthy():
+            raise WorkerUnhealthy(f"the engine of this worker is unusable: {format_error(exc)}") from exc
+
+    def shutdown(self) -> None:
+        self._open_pool.shutdown(wait=False, cancel_futures=True)
+        self.mode.shutdown()

@@ -1,0 +1,119 @@
+"""Run the rollout job: prompts -> services on Serve -> worker farm -> journal -> summary.
+
+::
+
+    prompts file --check, ids--> trajectories to run (minus those already in the journal)
+      -> connect to Ray (address, RAY_ADDRESS, or an embedded cluster)
+      -> deploy tool servers and env servers on Serve; list their tools
+      -> RolloutFarm: N workers, one engine each; batches streamed back as they finish
+      -> each batch appended to trajectories.jsonl and fsynced; progress bar
+      -> (parquet), summary.json, the printed summary
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from actors.catalog import ENVS_KEY, TOOLSETS_KEY
+
+from .config import ConfigError, RolloutJobConfig
+from .journal import Journal
+from .prompts import load_prompts, to_trajectories
+from .summary import RolloutSummary, RolloutTally
+
+logger = logging.getLogger(__name__)
+
+
+def plan(cfg: RolloutJobConfig) -> list[dict[str, Any]]:
+    """The trajectories the prompts ask for, checked against the configured tools and envs (no Ray)."""
+    trajectories = to_trajectories(load_prompts(cfg.prompts, cfg.limit), cfg.samples_per_prompt)
+    known = {TOOLSETS_KEY: {s.name for s in cfg.tools}, ENVS_KEY: {s.name for s in cfg.envs}}
+    for trajectory in trajectories:
+        for key, names in known.items():
+            asked = trajectory.get(key)
+            asked = [asked] if isinstance(asked, str) else list(asked or [])
+            unknown = sorted(set(asked) - names)
+            if unknown:
+                raise ConfigError(
+                    f"prompt {trajectory['prompt_id']!r} asks for {key} {unknown}, which this config does not serve "
+                    f"(it serves {sorted(names) or 'none'})"
+                )
+    return trajectories
+
+
+def connect(cfg: RolloutJobConfig) -> Any:
+    from cluster import connect as cluster_connect
+
+    return cluster_connect(cfg.address, num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=cfg.worker_logs)
+
+
+def run(cfg: RolloutJobConfig) -> RolloutSummary:
+    """Run (or resume) the job; raises ConfigError for bad config/input, other errors for run failures."""
+    start = time.perf_counter()
+    trajectories = plan(cfg)
+    journal, state = Journal.open(cfg.output, cfg.fingerprint(), cfg.overwrite)
+    if state.truncated_bytes:
+        logger.warning("cut a torn last line (%d bytes) from %s", state.truncated_bytes, journal.path)
+    todo = [t for t in trajectories if t["trajectory_id"] not in state.ids]
+    logger.info("%d trajectories asked, %d already in %s, %d to run", len(trajectories), len(state.ids & {t["trajectory_id"] for t in trajectories}), journal.path, len(todo))
+    tally = RolloutTally()
+    farm = services = info = None
+    startup_s = rollout_s = 0.0
+    try:
+        if todo:
+            info = connect(cfg)
+            from actors.driver import RolloutFarm
+
+            from .services import deploy
+
+            services = deploy(cfg, info.embedded)
+            farm = RolloutFarm(cfg.engine_config(), cfg.rollout_spec(services.catalog), cfg.farm_options())
+            t0 = time.perf_counter()
+            farm.start()
+            startup_s = time.perf_counter() - t0
+            rollout_s = _roll(cfg, farm, todo, journal, tally)
+        journal.close()
+        files = {"journal": journal.path}
+        if cfg.output_format == "parquet":
+            files["parquet"] = journal.write_parquet()
+        final = journal.recover()
+        summary = RolloutSummary(
+            output=cfg.output,
+            files=files,
+            tally=tally,
+            resumed=len(trajectories) - len(todo),
+            total_in_output=len(final.ids),
+            stop_reasons_in_output=final.stop_reasons,
+            wall_s=time.perf_counter() - start,
+            rollout_s=rollout_s,
+            startup_s=startup_s,
+            engines=cfg.engines,
+            restarts=farm.restarts if farm else 0,
+            given_up=farm.given_up if farm else 0,
+            cluster=info.summary() if info else "",
+            services=services.urls if services else {},
+        )
+        files["summary"] = journal.write_summary(summary.to_dict())
+        return summary
+    finally:
+        journal.close()
+        if farm is not None:
+            farm.shutdown()
+        if services is not None and not cfg.keep_services and not info.embedded:
+            services.teardown()
+
+
+def _roll(cfg: RolloutJobConfig, farm: Any, todo: list[dict[str, Any]], journal: Journal, tally: RolloutTally) -> float:
+    """Stream the farm's batches into the journal; returns the rollout's wall time."""
+    from tqdm import tqdm
+
+    start = time.perf_counter()
+    with tqdm(total=len(todo), unit="traj", desc="rollout", disable=not cfg.progress, dynamic_ncols=True) as bar:
+        for batch in farm.run(todo):
+            journal.append(batch.trajectories)
+            tally.add(batch.trajectories, batch.activity, batch.generated_tokens)
+            bar.update(len(batch.trajectories))
+            bar.set_postfix(errors=tally.stop_reasons.get("error", 0), restarts=farm.restarts, refresh=False)
+    return time.perf_counter() - start

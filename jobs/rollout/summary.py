@@ -1,0 +1,165 @@
+"""The rollout job's figures: throughput, tool latency, and where the engines' time went.
+
+Definitions (measured inside the workers, see ``actors/activity.py``):
+
+- ``trajectories_per_s``, ``generated_tokens_per_s``: trajectories finished in this run and the tokens
+  the policy generated for them, over the rollout's wall time (first batch sent to last batch back;
+  engine start-up is reported separately);
+- ``tool_latency_p50_s`` / ``p99``: each tool call as the worker saw it (HTTP or WebSocket round trip
+  included; environment resets are calls named ``<env>.reset``);
+- ``engine_idle_waiting_for_tools``: over the time workers spent inside batches, the share in which a
+  tool call was outstanding and no generation request was in flight;
+- ``worker_utilisation``: time inside batches over workers x rollout wall time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.activity import Activity
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+@dataclass
+class RolloutTally:
+    """Running totals while batches come back."""
+
+    trajectories: int = 0
+    generated_tokens: int = 0
+    total_tokens: int = 0
+    stop_reasons: Counter = field(default_factory=Counter)
+    activity: Activity = field(default_factory=Activity)
+
+    def add(self, trajectories: list[dict[str, Any]], activity: Activity, generated_tokens: int) -> None:
+        self.trajectories += len(trajectories)
+        self.generated_tokens += generated_tokens
+        self.total_tokens += sum(len(t.get("input_ids") or []) for t in trajectories)
+        self.stop_reasons.update(t.get("stop_reason") for t in trajectories)
+        self.activity = self.activity + activity
+
+
+@dataclass
+class RolloutSummary:
+    output: str
+    files: dict[str, str]
+    tally: RolloutTally
+    resumed: int
+    total_in_output: int
+    stop_reasons_in_output: Counter
+    wall_s: float
+    rollout_s: float
+    startup_s: float
+    engines: int
+    restarts: int
+    given_up: int
+    cluster: str = ""
+    services: dict[str, str] = field(default_factory=dict)
+
+    def _rate(self, count: float) -> float:
+        return count / self.rollout_s if self.rollout_s > 0 else 0.0
+
+    def figures(self) -> dict[str, Any]:
+        activity = self.tally.activity
+        latencies = [c.latency_s for c in activity.tool_calls]
+        per_tool: dict[str, list[float]] = defaultdict(list)
+        failed: Counter = Counter()
+        for call in activity.tool_calls:
+            per_tool[call.tool].append(call.latency_s)
+            failed[call.tool] += not call.ok
+        active = activity.active_s
+        return {
+            "trajectories": self.tally.trajectories,
+            "trajectories_per_s": round(self._rate(self.tally.trajectories), 3),
+            "generated_tokens": self.tally.generated_tokens,
+            "generated_tokens_per_s": round(self._rate(self.tally.generated_tokens), 1),
+            "total_tokens": self.tally.total_tokens,
+            "tool_calls": len(latencies),
+            "tool_latency_p50_s": _round(percentile(latencies, 50)),
+            "tool_latency_p99_s": _round(percentile(latencies, 99)),
+            "tools": {
+                name: {
+                    "calls": len(values),
+                    "errors": failed[name],
+                    "p50_s": _round(percentile(values, 50)),
+                    "p99_s": _round(percentile(values, 99)),
+                }
+                for name, values in sorted(per_tool.items())
+            },
+            "engine_busy_share": _share(activity.engine_busy_s, active),
+            "engine_idle_waiting_for_tools": _share(activity.tool_wait_s, active),
+            "other_share": _share(activity.other_s, active),
+            "worker_utilisation": _share(active, self.engines * self.rollout_s),
+            "stop_reasons": dict(self.tally.stop_reasons),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "output": self.output,
+            "files": self.files,
+            "this_run": self.figures(),
+            "resumed_from_earlier_runs": self.resumed,
+            "trajectories_in_output": self.total_in_output,
+            "stop_reasons_in_output": dict(self.stop_reasons_in_output),
+            "wall_s": round(self.wall_s, 3),
+            "rollout_s": round(self.rollout_s, 3),
+            "engine_startup_s": round(self.startup_s, 3),
+            "engines": self.engines,
+            "worker_restarts": self.restarts,
+            "trajectories_given_up": self.given_up,
+            "cluster": self.cluster,
+            "services": self.services,
+        }
+
+    def render(self) -> str:
+        f = self.figures()
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.stop_reasons_in_output.items(), key=lambda kv: -kv[1]))
+        lines = [
+            f"rollout: {f['trajectories']} new trajectories in {self.rollout_s:.1f} s on {self.engines} engine(s) "
+            f"(+{self.startup_s:.1f} s engine start-up, {self.wall_s:.1f} s in all); {self.resumed} resumed from an "
+            "earlier run",
+            f"  throughput     {f['trajectories_per_s']:.2f} trajectories/s, {f['generated_tokens_per_s']:.0f} generated "
+            f"tokens/s ({f['generated_tokens']} generated, {f['total_tokens']} in all)",
+            f"  tool calls     {f['tool_calls']}, latency p50 {_ms(f['tool_latency_p50_s'])}, p99 "
+            f"{_ms(f['tool_latency_p99_s'])}",
+        ]
+        for name, tool in f["tools"].items():
+            lines.append(
+                f"    {name:<20} {tool['calls']:>6} calls, {tool['errors']} errors, p50 {_ms(tool['p50_s'])}, "
+                f"p99 {_ms(tool['p99_s'])}"
+            )
+        lines += [
+            f"  engine time    busy {_pct(f['engine_busy_share'])}, idle waiting for tools "
+            f"{_pct(f['engine_idle_waiting_for_tools'])}, other {_pct(f['other_share'])} (of time inside batches); "
+            f"worker utilisation {_pct(f['worker_utilisation'])}",
+            f"  restarts       {self.restarts} worker restart(s), {self.given_up} trajectories given up",
+            f"  output         {self.total_in_output} trajectories ({reasons or 'none'})",
+        ]
+        lines += [f"    {label:<12} {path}" for label, path in self.files.items()]
+        return "\n".join(lines)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def _share(part: float, whole: float) -> float | None:
+    return round(part / whole, 4) if whole > 0 else None
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1000:.1f} ms"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f}%"
