@@ -74,7 +74,7 @@ async def session(ws_url: str, action: dict[str, Any], warm_until: float, stop_a
     from websockets.asyncio.client import connect
 
     latencies: list[float] = []
-    async with connect(ws_url, max_size=None) as ws:
+    async with connect(ws_url, max_size=None, open_timeout=60) as ws:  # a loaded 2-core box can be slow
         await ws.send(json.dumps({"type": "reset", "data": {}}))
         assert json.loads(await ws.recv())["type"] == "observation"
         frame = json.dumps({"type": "step", "data": action})
@@ -100,7 +100,10 @@ def env_driver(base_url: str, action: dict[str, Any], seconds: float, warmup: fl
             window = (start + warmup, start + warmup + seconds)
             return await asyncio.gather(*(session(ws_url, action, *window) for _ in range(sessions)))
 
-        return [x for one in asyncio.run(all_sessions()) for x in one], 0
+        try:
+            return [x for one in asyncio.run(all_sessions()) for x in one], 0
+        except Exception as exc:
+            raise RuntimeError(f"{sessions} sessions against {ws_url} failed: {exc!r}") from exc
 
     return run
 
@@ -118,13 +121,16 @@ def scaffold_openenv(workdir: Path, max_sessions: int) -> Path:
     return env_dir
 
 
-def serve_child(command: list[str], cwd: Path, url: str) -> subprocess.Popen:
-    child = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def serve_child(command: list[str], cwd: Path, url: str, log_path: Path) -> subprocess.Popen:
+    """Start a server process and wait for its /health. Its output goes to ``log_path``: a pipe
+    nobody reads would fill up and freeze the server mid-benchmark."""
+    with open(log_path, "wb") as log:  # the child keeps its own descriptor
+        child = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(url)
     except TimeoutError:
         child.kill()
-        raise RuntimeError(f"server did not start: {child.communicate()[1].decode()[-2000:]}") from None
+        raise RuntimeError(f"server did not start: {log_path.read_text(errors='replace')[-2000:]}") from None
     return child
 
 
@@ -180,11 +186,11 @@ def main(argv: list[str] | None = None) -> int:
             children.append(serve_child(
                 [sys.executable, "-m", "uvicorn", "server.app:app", "--host", "127.0.0.1", "--port", str(openenv_port),
                  "--log-level", "warning"],
-                env_dir, f"http://127.0.0.1:{openenv_port}",
+                env_dir, f"http://127.0.0.1:{openenv_port}", Path(tmp) / "openenv.log",
             ))
             children.append(serve_child(
                 [sys.executable, __file__, "--ours-uvicorn-port", str(ours_port), "--sessions", str(cap)],
-                ROOT, f"http://127.0.0.1:{ours_port}",
+                ROOT, f"http://127.0.0.1:{ours_port}", Path(tmp) / "ours.log",
             ))
             serve_url = start_serve_env(args.cpus, cap)
             variants = {

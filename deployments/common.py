@@ -90,6 +90,19 @@ def bearer_ok(authorization: str | None, token: str | None) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
+def require_bearer(token: str | None) -> Any:
+    """A FastAPI dependency answering 401 (with ``WWW-Authenticate: Bearer``) unless the token matches."""
+    from fastapi import Header, HTTPException
+
+    def authorized(authorization: str | None = Header(default=None)) -> None:
+        if not bearer_ok(authorization, token):
+            raise HTTPException(
+                status_code=401, detail="missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"}
+            )
+
+    return authorized
+
+
 def replica_deployment_config() -> Any:
     """The running replica's Serve ``DeploymentConfig``; None outside a replica.
 

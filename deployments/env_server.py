@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, WebSocket
+from fastapi import Depends, FastAPI, WebSocket
 from fastapi.responses import JSONResponse
 from ray import serve
 from starlette.websockets import WebSocketDisconnect
@@ -54,6 +54,7 @@ from .common import (
     load_object,
     positive_number,
     replica_deployment_config,
+    require_bearer,
     resolve_token,
 )
 from .openenv_protocol import (
@@ -242,7 +243,10 @@ class EnvHost:
         if stuck:
             self.stuck += 1
 
-        def release(_future: concurrent.futures.Future) -> None:
+        def release(future: concurrent.futures.Future) -> None:
+            if not future.cancelled() and future.exception() is not None:
+                logger.warning("env.close() raised %r; the session slot is freed anyway", future.exception())
+
             def on_loop() -> None:
                 self.active -= 1
                 if stuck:
@@ -288,12 +292,7 @@ def _is_disconnect(exc: BaseException) -> bool:
 
 def make_env_app(host: EnvHost) -> Any:
     """The FastAPI app for one replica (also runnable under plain uvicorn)."""
-    def authorized(authorization: str | None = Header(default=None)) -> None:
-        if not bearer_ok(authorization, host.token):
-            raise HTTPException(
-                status_code=401, detail="missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"}
-            )
-
+    authorized = require_bearer(host.token)
     app = FastAPI(title=f"twinkle-agentic env server: {host.name}", docs_url=None, redoc_url=None)
 
     @app.websocket("/ws")

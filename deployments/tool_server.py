@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from ray import serve
@@ -40,11 +40,11 @@ from twinkle_agentic.tools.tool_manager import ToolManager
 
 from .common import (
     DeploymentConfigError,
-    bearer_ok,
     check_keys,
     load_object,
     positive_number,
     replica_deployment_config,
+    require_bearer,
     resolve_token,
 )
 
@@ -236,12 +236,7 @@ class ToolHost:
 
 def make_tool_app(host: ToolHost, token: str | None = None) -> Any:
     """The FastAPI app for one replica (also runnable under plain uvicorn)."""
-    def authorized(authorization: str | None = Header(default=None)) -> None:
-        if not bearer_ok(authorization, token):
-            raise HTTPException(
-                status_code=401, detail="missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"}
-            )
-
+    authorized = require_bearer(token)
     app = FastAPI(title="twinkle-agentic tool server", docs_url=None, redoc_url=None)
 
     @app.get("/tools", dependencies=[Depends(authorized)])

@@ -17,8 +17,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def serve_http(ray_local):
     """Start Serve for one test module; yields ``http://127.0.0.1:<port>``; shuts Serve down after."""
-    import cloudpickle
-    from ray import serve
+    from ray import cloudpickle, serve  # Ray pickles with its vendored cloudpickle
 
     # Replicas unpickle the sample tools/envs by value: the test directory is not on their sys.path.
     cloudpickle.register_pickle_by_value(deployment_samples)

@@ -90,13 +90,13 @@ def test_malformed_envelope_is_422_not_500(client):
 def test_hung_tool_times_out_and_wedged_replica_reports_unhealthy(client):
     test_client, host = client
     started = time.monotonic()
-    result = test_client.post("/call", json={"name": "sleep", "arguments": {"seconds": 3}}).json()["result"]
+    result = test_client.post("/call", json={"name": "sleep", "arguments": {"seconds": 2.5}}).json()["result"]
     assert result == "Error: tool 'sleep' timed out after 0.5s."
     assert time.monotonic() - started < 2.0
     assert host.health()["stuck"] == 1
     host.check()  # one of two threads stuck: still serving
     assert test_client.post("/call", json={"name": "add", "arguments": {"a": 1, "b": 1}}).json() == {"result": "2"}
-    test_client.post("/call", json={"name": "sleep", "arguments": {"seconds": 3}})
+    test_client.post("/call", json={"name": "sleep", "arguments": {"seconds": 2.5}})
     health = test_client.get("/health")
     assert health.status_code == 503 and health.json()["status"] == "wedged"
     with pytest.raises(RuntimeError, match="all 2 tool threads"):
