@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 from .sources import FORMATS
-from .steps import ConfigError, StepSpec, parse_steps
+from .steps import ConfigError, StepSpec, parse_steps, positive_int
 
 DEFAULT_PIPELINE = "default_pipeline.yaml"
 OUTPUT_FORMATS = ("jsonl", "parquet")
@@ -73,13 +73,10 @@ class PreprocessConfig:
         if not self.output:
             raise ConfigError("no output directory: pass --output DIR (or 'output:' in the config file)")
         for name in ("batch_size", "actors", "rows_per_file"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(getattr(self, name), name)
         for name in ("dedup_partitions", "num_cpus"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            if getattr(self, name) is not None:
+                positive_int(getattr(self, name), name)
         if self.output_format not in OUTPUT_FORMATS:
             raise ConfigError(f"output_format must be one of {OUTPUT_FORMATS}, got {self.output_format!r}")
         if self.input_format is not None and self.input_format not in FORMATS:

@@ -46,7 +46,7 @@ class StepSpec:
         return {self.name: dict(self.kwargs), **options}
 
 
-def _positive_int(value: Any, label: str) -> int:
+def positive_int(value: Any, label: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{label} must be a positive integer, got {value!r}")
     return value
@@ -72,7 +72,7 @@ def parse_step(entry: Any, index: int) -> StepSpec:
     spec = StepSpec(str(name), dict(kwargs))
     for option in STAGE_OPTIONS:
         if option in entry:
-            setattr(spec, option, _positive_int(entry[option], f"{where}.{option}"))
+            setattr(spec, option, positive_int(entry[option], f"{where}.{option}"))
     return spec
 
 

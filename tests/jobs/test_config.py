@@ -1,0 +1,94 @@
+"""Config resolution (defaults < YAML < flags) and the run's row accounting checks (no Ray)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from jobs.preprocess.config import build_parser, resolve_config
+from jobs.preprocess.job import InvariantError, check_invariants, collect_stats
+from jobs.preprocess.sink import SinkResult
+from jobs.preprocess.stages import READ_POSITION
+from jobs.preprocess.steps import ConfigError, StepSpec
+from twinkle_agentic.preprocessor.stats import StepStats
+
+
+def resolve(*argv: str):
+    return resolve_config(build_parser().parse_args(list(argv)))
+
+
+def test_yaml_then_flags_and_paths_relative_to_the_yaml(tmp_path):
+    config = tmp_path / "conf" / "pipeline.yaml"
+    config.parent.mkdir()
+    config.write_text(
+        "inputs: data/*.jsonl\noutput: out\nbatch_size: 10\ndedup_partitions: 3\n"
+        "steps:\n  - HardFilter: {min_user_chars: 4}\n  - DedupFilter\n"
+    )
+    cfg = resolve("--config", str(config))
+    assert cfg.inputs == [str(tmp_path / "conf" / "data/*.jsonl")]
+    assert cfg.output == str(tmp_path / "conf" / "out")
+    assert (cfg.batch_size, cfg.dedup_partitions) == (10, 3)
+    assert cfg.steps == [StepSpec("HardFilter", {"min_user_chars": 4}), StepSpec("DedupFilter")]
+    cfg = resolve(
+        "--config",
+        str(config),
+        "--batch-size",
+        "7",
+        "--input",
+        "a.jsonl",
+        "--input",
+        "b.jsonl",
+        "--no-progress",
+    )
+    assert (cfg.batch_size, cfg.inputs, cfg.progress) == (7, ["a.jsonl", "b.jsonl"], False)
+
+
+def test_bundled_default_pipeline_is_used_without_config():
+    cfg = resolve("--input", "x.jsonl", "--output", "out")
+    names = [s.name for s in cfg.steps]
+    assert names[-1] == "DedupFilter" and "HardFilter" in names and "MessageNormalizer" in names
+
+
+@pytest.mark.parametrize(
+    "yaml_text, argv, message",
+    [
+        ("colour: blue\n", [], "unknown option"),
+        ("steps: [HardFilter]\n", ["--batch-size", "0"], "batch_size must be a positive integer"),
+        ("- just a list\n", [], "must hold a mapping"),
+        ("steps: [HardFilter\n", [], "not valid YAML"),
+    ],
+)
+def test_config_errors_name_the_problem(tmp_path, yaml_text, argv, message):
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml_text)
+    with pytest.raises(ConfigError, match=message):
+        resolve("--config", str(config), "--input", "x", "--output", "o", *argv)
+
+
+def test_missing_input_or_output_is_a_config_error():
+    with pytest.raises(ConfigError, match="--input"):
+        resolve("--output", "o")
+    with pytest.raises(ConfigError, match="--output"):
+        resolve("--input", "x")
+
+
+def sink_result(kept: int, drops: dict, stats: dict) -> SinkResult:
+    return SinkResult(kept=kept, dropped=sum(drops.values()), drops=Counter(drops), stats=stats)
+
+
+def test_row_accounting_accepts_a_consistent_run_and_rejects_lost_rows():
+    stats = {
+        READ_POSITION: StepStats("read", 10, 9, 1, 0.1, Counter(malformed_json=1)),
+        0: StepStats("HardFilter", 9, 7, 2, 0.1, Counter(shallow_reply=2)),
+    }
+    good = sink_result(7, {("read", "malformed_json"): 1, ("HardFilter", "shallow_reply"): 2}, stats)
+    check_invariants(good, collect_stats(good, ["HardFilter"]))
+
+    lost = sink_result(6, {("read", "malformed_json"): 1, ("HardFilter", "shallow_reply"): 2}, stats)
+    with pytest.raises(InvariantError, match="kept 6 \\+ dropped 3 != rows read 10"):
+        check_invariants(lost, collect_stats(lost, ["HardFilter"]))
+
+    wrong_ledger = sink_result(7, {("read", "malformed_json"): 1, ("HardFilter", "refusal"): 2}, stats)
+    with pytest.raises(InvariantError, match="HardFilter/shallow_reply"):
+        check_invariants(wrong_ledger, collect_stats(wrong_ledger, ["HardFilter"]))
