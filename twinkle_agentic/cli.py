@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("cluster.cli:main", "connect to / start / stop a Ray cluster; print its environment"),
     "preprocess": ("jobs.preprocess:main", "clean chat/agent datasets on Ray Data: filters, global dedup, drop ledger"),
     "rollout": ("jobs.rollout:main", "multi-turn tool-calling rollouts on a Ray farm of vLLM engines, resumable"),
+    "demo": ("jobs.demo:main", "the full demo on a local cluster: preprocess the sample, serve tools, roll out"),
 }
 
 
