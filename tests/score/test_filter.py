@@ -223,7 +223,11 @@ def test_yaml_config_builds_lazily_and_pickles():
     assert [s.name for s in f.scorers] == ["sifd", "chr_min", "char_stats"] and f.scorers[1].threshold == 0.5
     assert f.scorers[0].backend is f.backend and f.backend._sampler is None  # nothing built yet
     clone = pickle.loads(pickle.dumps(f))
-    assert clone.backend._config == {"model": "/nonexistent/model", "max_model_len": 512}
+    assert clone.backend._config == {
+        "model": "/nonexistent/model",
+        "sampling_overrides": {"detokenize": False},
+        "max_model_len": 512,
+    }
     g = ScoreFilter(
         ["chr_min"], backend={"type": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"}
     )

@@ -27,6 +27,8 @@ from .base import (
 )
 
 PROMPT_LOGPROBS_PARAMS = {"max_tokens": 1, "prompt_logprobs": 1, "temperature": 0.0}
+#: vLLM request options of engines the backend builds itself (see ``SamplerBackend.from_config``).
+DEFAULT_SAMPLING_OVERRIDES = {"detokenize": False}
 
 
 def feature(ids: Sequence[int]) -> InputFeature:
@@ -75,9 +77,16 @@ class SamplerBackend(ScoreBackend):
         max_batch_size: int | None = None,
         **engine_kwargs: Any,
     ) -> SamplerBackend:
-        """A backend that builds ``VLLMSampler(model, **engine_kwargs)`` and the model's template lazily."""
+        """A backend that builds ``VLLMSampler(model, **engine_kwargs)`` and the model's template lazily.
+
+        The engine is the scorer's own, so it skips detokenisation (``detokenize=False`` in
+        ``sampling_overrides``): the engine would otherwise decode every prompt-logprob token, which
+        nothing here reads, and that is the largest cost of a batch of prompt logprobs on small
+        models. Generated texts are decoded by the template instead.
+        """
         backend = cls(None, template, dp_size=dp_size, max_batch_size=max_batch_size)
-        backend._config = {"model": model, **engine_kwargs}
+        overrides = {**DEFAULT_SAMPLING_OVERRIDES, **(engine_kwargs.pop("sampling_overrides", None) or {})}
+        backend._config = {"model": model, "sampling_overrides": overrides, **engine_kwargs}
         return backend
 
     def __getstate__(self) -> dict[str, Any]:
