@@ -8,7 +8,8 @@ fresh subprocess: the one-process reference (the same steps through QualityPrepr
 DedupFilter, reading and writing JSONL) and the Ray Data job on an embedded local cluster with each
 ``--cpus`` value. It prints one table: rows/s, parallel efficiency = job rows/s / (one-process rows/s
 x CPUs), peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
-record ``{bench, params, git_sha, results}`` to ``--record`` when given.
+record ``{bench, params, git_sha, results}`` to ``--record`` when given. A ``DedupFilter`` line
+times the one-process dedup alone on all parsed rows (it must stay linear).
 """
 
 from __future__ import annotations
@@ -93,6 +94,22 @@ def child_baseline(corpus: str, config: str | None, output: str) -> dict:
     }
 
 
+def child_dedup(corpus: str) -> dict:
+    """DedupFilter alone over every parsed row of the corpus, in this process."""
+    from jobs.preprocess.inprocess import read_rows
+    from twinkle_agentic.preprocessor import DedupFilter
+
+    rows, _, _ = read_rows([corpus])
+    start = time.perf_counter()
+    kept, dropped = DedupFilter()(rows)
+    return {
+        "rows": len(rows),
+        "kept": len(kept),
+        "seconds": time.perf_counter() - start,
+        "driver_peak_mb": _peak_rss_mb(),
+    }
+
+
 def child_job(corpus: str, config: str | None, output: str, cpus: int, batch_size: int | None) -> dict:
     from jobs.preprocess.config import build_parser, resolve_config
     from jobs.preprocess.job import run
@@ -165,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.child:
         kind, *rest = json.loads(args.child)
-        result = child_baseline(*rest) if kind == "baseline" else child_job(*rest)
+        children = {"baseline": child_baseline, "dedup": child_dedup, "job": child_job}
+        result = children[kind](*rest)
         print("RESULT " + json.dumps(result))
         return 0
 
@@ -183,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"{base['rows']:>9,} {'one-process':>13} {base['seconds']:>8.1f} {base_rate:>8,.0f} {'':>10} {base['driver_peak_mb']:>9,.0f} {'':>10}"
+        )
+        dedup = _child(["dedup", str(corpus)])
+        results.append(
+            {"run": "DedupFilter", "cpus": 1, **dedup, "rows_per_s": dedup["rows"] / dedup["seconds"]}
+        )
+        print(
+            f"{dedup['rows']:>9,} {'DedupFilter':>13} {dedup['seconds']:>8.1f} {dedup['rows'] / dedup['seconds']:>8,.0f}"
         )
         for cpus in args.cpus:
             job = _child(
