@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from actors.config import EngineConfig, FarmConfigError, RolloutSpec
 from actors.driver import FarmOptions
 
 OUTPUT_FORMATS = ("jsonl", "parquet")
+DIGEST_SPAN = 1 << 20  # bytes read from each end of a weights file to tell checkpoints apart
 ENGINE_KEYS = tuple(f.name for f in dataclasses.fields(EngineConfig) if f.name not in ("model", "mode"))
 TOOL_KEYS = ("name", "tools", "url", "route_prefix", "deployment", "user_config", "timeout_s", "retries", "token_env")
 ENV_KEYS = (
@@ -154,7 +156,7 @@ class RolloutJobConfig:
     def fingerprint(self) -> dict[str, Any]:
         """The settings a finished trajectory depends on; a resumed run must match them."""
         return {
-            "model": os.path.abspath(self.model_path()) if os.path.exists(self.model_path()) else self.model_path(),
+            "model": model_identity(self.model_path()),
             "mode": self.mode,
             "sampling": dict(self.sampling),
             "max_turns": self.max_turns,
@@ -210,6 +212,30 @@ class RolloutJobConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def model_identity(model: str) -> str:
+    """What a model *is*, independent of where it lies: a local directory by a digest of its config and
+    weights (their names, sizes, first and last MiB), a hub id as given. A ``ray job submit`` copy of
+    the same checkpoint in another working directory is the same model."""
+    if not os.path.isdir(model):
+        return model
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(model)):
+        path = os.path.join(model, name)
+        if not os.path.isfile(path):
+            continue
+        if name == "config.json" or name.endswith(("tokenizer.json", "tokenizer_config.json")):
+            with open(path, "rb") as handle:
+                digest.update(name.encode() + b"\0" + handle.read())
+        elif name.endswith((".safetensors", ".bin", ".pt")):
+            size = os.path.getsize(path)
+            with open(path, "rb") as handle:
+                head = handle.read(DIGEST_SPAN)
+                handle.seek(max(0, size - DIGEST_SPAN))
+                tail = handle.read(DIGEST_SPAN)
+            digest.update(f"{name}\0{size}\0".encode() + head + tail)
+    return f"sha256:{digest.hexdigest()[:32]}"
 
 
 def _check_int(name: str, value: Any) -> None:
