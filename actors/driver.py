@@ -9,10 +9,10 @@ When a worker dies (its process is killed, its node goes away, its engine breaks
 exceeds ``batch_timeout_s``), every batch it held that had not come back goes to the front of the
 queue, the dead actor is killed for good, and a replacement is started in the background; the other
 workers carry on meanwhile. Batches that came back are never re-run, so **every trajectory comes
-back exactly once**. A batch that keeps failing is split in halves from its second retry on (to
-isolate a trajectory that crashes engines), and after ``max_batch_attempts`` its trajectories come
-back with ``stop_reason="error"``, as do all remaining ones if every worker slot has used up its
-``max_worker_restarts``.
+back exactly once**. The batch the worker was running is charged an attempt (those queued behind it
+are not); a batch charged twice is split in halves, so a trajectory that crashes engines ends up
+alone, and after ``max_batch_attempts`` its trajectories come back with ``stop_reason="error"``, as
+do all remaining ones if every worker slot has used up its ``max_worker_restarts``.
 """
 
 from __future__ import annotations
@@ -206,6 +206,8 @@ class RolloutFarm:
         """
         items = list(trajectories)
         _check_ids(items)
+        if not items:
+            return
         if all(slot.handle is None for slot in self.slots):
             self.start()
         size = self.options.batch_size
@@ -264,32 +266,57 @@ class RolloutFarm:
         from ray.exceptions import RayTaskError
 
         self._owner.pop(ref, None)
-        batch, _ = slot.inflight.pop(ref)
+        batch, submitted = slot.inflight.pop(ref)
         try:
             result = ray.get(ref)
         except RayTaskError as exc:
             if _cause_name(exc) == "WorkerUnhealthy":
-                self._lose(slot, batch, _describe(exc), queue)
+                self._lose(slot, (batch, submitted), _describe(exc), queue)
             else:  # the worker is alive but the call failed (e.g. arguments it could not take)
                 self._retry(batch, _describe(exc), queue)
             return None
         except Exception as exc:  # the actor died or is unreachable
-            self._lose(slot, batch, f"died: {_describe(exc)}", queue)
+            self._lose(slot, (batch, submitted), f"died: {_describe(exc)}", queue)
             return None
+        return self._finished(slot, batch, result)
+
+    def _finished(self, slot: WorkerSlot, batch: Batch, result: Any) -> FarmBatch:
         attempts = batch.attempts + 1
         for trajectory in result.trajectories:
             trajectory["worker"] = slot.index
             trajectory["attempts"] = attempts
         return FarmBatch(result.trajectories, result.activity, result.generated_tokens, slot.index, attempts)
 
-    def _lose(self, slot: WorkerSlot, batch: Batch, reason: str, queue: deque[Batch]) -> None:
-        """A worker is gone: requeue its batches (the given one first, keeping input order) and replace it."""
-        lost = [batch] + [b for b, _ in sorted(slot.inflight.values(), key=lambda item: item[1])]
-        for other in slot.inflight:
-            self._owner.pop(other, None)
+    def _lose(self, slot: WorkerSlot, failed: tuple[Batch, float], reason: str, queue: deque[Batch]) -> None:
+        """A worker is gone: keep what it had already returned, requeue the rest, replace the worker.
+
+        Only the oldest unfinished batch (the one the worker was running) is charged an attempt; the
+        batches queued behind it were not at fault and go back unchanged. All return to the front of
+        the queue in their original order.
+        """
+        import ray
+
+        held = [failed] + sorted(slot.inflight.values(), key=lambda item: item[1])
+        refs = {id(batch): ref for ref, (batch, _) in slot.inflight.items()}
+        for ref in slot.inflight:
+            self._owner.pop(ref, None)
+        done = set(ray.wait(list(slot.inflight), num_returns=len(slot.inflight), timeout=0)[0]) if slot.inflight else set()
         slot.inflight = {}
-        for lost_batch in reversed(lost):
-            self._retry(lost_batch, f"worker {slot.index} {reason}", queue)
+        unfinished = []
+        for batch, submitted in held:
+            ref = refs.get(id(batch))
+            if ref is not None and ref in done:
+                try:
+                    self._out.append(self._finished(slot, batch, ray.get(ref, timeout=0)))
+                    continue
+                except Exception:
+                    pass
+            unfinished.append((submitted, batch))
+        unfinished.sort(key=lambda item: item[0])
+        for _, batch in reversed(unfinished[1:]):
+            queue.appendleft(batch)
+        if unfinished:
+            self._retry(unfinished[0][1], f"worker {slot.index} {reason}", queue)
         self._replace(slot, reason)
 
     def _retry(self, batch: Batch, error: str, queue: deque[Batch]) -> None:
@@ -331,9 +358,8 @@ class RolloutFarm:
             limit = self.options.batch_timeout_s
             overdue = [ref for ref, (_, t) in slot.inflight.items() if limit is not None and now - t >= limit]
             if overdue:
-                batch, _ = slot.inflight.pop(overdue[0])
                 self._owner.pop(overdue[0], None)
-                self._lose(slot, batch, f"exceeded batch_timeout_s={limit:g}", queue)
+                self._lose(slot, slot.inflight.pop(overdue[0]), f"exceeded batch_timeout_s={limit:g}", queue)
 
 
 def _check_ids(items: list[Trajectory]) -> None:

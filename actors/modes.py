@@ -1,9 +1,11 @@
 """Rollout modes: how a worker turns a batch of prompts into trajectories on its engine.
 
-A mode owns the engine and the rollout implementation. The worker picks it by name from
-``EngineConfig.mode``; a mode is registered as a lazy ``"module:Class"`` string, so a new one (e.g.
-per-trajectory scheduling on vLLM's async engine) plugs in with ``register_mode`` and no change to
-the worker, the driver or the job. A mode class implements:
+A mode owns the engine and the rollout implementation. The worker picks it from ``EngineConfig.mode``:
+a registered name (``MODES`` maps names to lazy ``"module:Class"`` strings) or a ``"module:Class"``
+path itself. A path works everywhere; a name added with ``register_mode`` at run time is known only in
+the process that registered it, so built-in modes belong in ``MODES``. A new mode (e.g. per-trajectory
+scheduling on vLLM's async engine) plugs in without changes to the worker, the driver or the job.
+A mode class implements:
 
     __init__(engine: EngineConfig, spec: RolloutSpec, recorder: ActivityRecorder)   # starts the engine
     concurrent_batches: bool           # may two generate() calls share the engine at once?
@@ -38,10 +40,15 @@ def available_modes() -> set[str]:
     return set(MODES)
 
 
-def mode_class(name: str) -> type:
-    if name not in MODES:
-        raise ValueError(f"unknown rollout mode {name!r}; registered: {sorted(MODES)}")
-    module, _, attr = MODES[name].partition(":")
+def is_known_mode(mode: str) -> bool:
+    return mode in MODES or (isinstance(mode, str) and mode.count(":") == 1 and all(mode.split(":")))
+
+
+def mode_class(mode: str) -> type:
+    """The class of a registered mode name or of a ``"module:Class"`` path."""
+    if not is_known_mode(mode):
+        raise ValueError(f"unknown rollout mode {mode!r}; registered: {sorted(MODES)}, or give 'module:Class'")
+    module, _, attr = MODES.get(mode, mode).partition(":")
     return getattr(importlib.import_module(module), attr)
 
 

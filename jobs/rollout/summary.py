@@ -66,42 +66,8 @@ class RolloutSummary:
     cluster: str = ""
     services: dict[str, str] = field(default_factory=dict)
 
-    def _rate(self, count: float) -> float:
-        return count / self.rollout_s if self.rollout_s > 0 else 0.0
-
     def figures(self) -> dict[str, Any]:
-        activity = self.tally.activity
-        latencies = [c.latency_s for c in activity.tool_calls]
-        per_tool: dict[str, list[float]] = defaultdict(list)
-        failed: Counter = Counter()
-        for call in activity.tool_calls:
-            per_tool[call.tool].append(call.latency_s)
-            failed[call.tool] += not call.ok
-        active = activity.active_s
-        return {
-            "trajectories": self.tally.trajectories,
-            "trajectories_per_s": round(self._rate(self.tally.trajectories), 3),
-            "generated_tokens": self.tally.generated_tokens,
-            "generated_tokens_per_s": round(self._rate(self.tally.generated_tokens), 1),
-            "total_tokens": self.tally.total_tokens,
-            "tool_calls": len(latencies),
-            "tool_latency_p50_s": _round(percentile(latencies, 50)),
-            "tool_latency_p99_s": _round(percentile(latencies, 99)),
-            "tools": {
-                name: {
-                    "calls": len(values),
-                    "errors": failed[name],
-                    "p50_s": _round(percentile(values, 50)),
-                    "p99_s": _round(percentile(values, 99)),
-                }
-                for name, values in sorted(per_tool.items())
-            },
-            "engine_busy_share": _share(activity.engine_busy_s, active),
-            "engine_idle_waiting_for_tools": _share(activity.tool_wait_s, active),
-            "other_share": _share(activity.other_s, active),
-            "worker_utilisation": _share(active, self.engines * self.rollout_s),
-            "stop_reasons": dict(self.tally.stop_reasons),
-        }
+        return rollout_figures(self.tally, self.rollout_s, self.engines)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -147,6 +113,46 @@ class RolloutSummary:
         ]
         lines += [f"    {label:<12} {path}" for label, path in self.files.items()]
         return "\n".join(lines)
+
+
+def rollout_figures(tally: RolloutTally, rollout_s: float, engines: int) -> dict[str, Any]:
+    """The module docstring's figures for one rollout (``tally`` over ``rollout_s`` on ``engines``)."""
+    activity = tally.activity
+    latencies = [c.latency_s for c in activity.tool_calls]
+    per_tool: dict[str, list[float]] = defaultdict(list)
+    failed: Counter = Counter()
+    for call in activity.tool_calls:
+        per_tool[call.tool].append(call.latency_s)
+        failed[call.tool] += not call.ok
+    active = activity.active_s
+
+    def rate(count: float) -> float:
+        return count / rollout_s if rollout_s > 0 else 0.0
+
+    return {
+        "trajectories": tally.trajectories,
+        "trajectories_per_s": round(rate(tally.trajectories), 3),
+        "generated_tokens": tally.generated_tokens,
+        "generated_tokens_per_s": round(rate(tally.generated_tokens), 1),
+        "total_tokens": tally.total_tokens,
+        "tool_calls": len(latencies),
+        "tool_latency_p50_s": _round(percentile(latencies, 50)),
+        "tool_latency_p99_s": _round(percentile(latencies, 99)),
+        "tools": {
+            name: {
+                "calls": len(values),
+                "errors": failed[name],
+                "p50_s": _round(percentile(values, 50)),
+                "p99_s": _round(percentile(values, 99)),
+            }
+            for name, values in sorted(per_tool.items())
+        },
+        "engine_busy_share": _share(activity.engine_busy_s, active),
+        "engine_idle_waiting_for_tools": _share(activity.tool_wait_s, active),
+        "other_share": _share(activity.other_s, active),
+        "worker_utilisation": _share(active, engines * rollout_s),
+        "stop_reasons": dict(tally.stop_reasons),
+    }
 
 
 def _round(value: float | None) -> float | None:
