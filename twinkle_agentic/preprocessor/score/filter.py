@@ -182,10 +182,10 @@ class ScoreFilter:
 
     def warmup(self) -> None:
         """Build the engine, clients and embedding models now (once per actor) rather than on the first batch."""
-        if self.backend is not None:
-            self.backend.warmup()
-        for scorer in self.scorers:
-            warmup = getattr(scorer, "warmup", None)
+        backends = [self.backend] + [getattr(s, "backend", None) for s in self.scorers]
+        unique = {id(b): b for b in backends if b is not None}.values()
+        for part in [*unique, *self.scorers]:
+            warmup = getattr(part, "warmup", None)
             if callable(warmup):
                 warmup()
 
