@@ -7,7 +7,9 @@ For each corpus size it generates sharded JSONL (scripts/make_sample_data.py), t
 fresh subprocess: the one-process reference (the same steps through QualityPreprocessor and
 DedupFilter, reading and writing JSONL) and the Ray Data job on an embedded local cluster with each
 ``--cpus`` value. It prints one table: rows/s, parallel efficiency = job rows/s / (one-process rows/s
-x CPUs), peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
+x CPUs), CPU efficiency = one-process CPU seconds / the job's CPU seconds (driver, raylet, GCS and
+workers: the share of the job's CPU work that is the pipeline itself, independent of other load on
+the machine), peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
 record ``{bench, params, git_sha, results}`` to ``--record`` when given. A ``DedupFilter`` line
 times the one-process dedup alone on all parsed rows (it must stay linear).
 """
@@ -32,16 +34,27 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-class WorkerMemory:
-    """Samples the RSS of this process's Ray worker processes (``ray::...``) in a thread."""
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class ClusterSampler:
+    """Samples this process's descendants (the embedded Ray cluster) in a thread: peak RSS of the
+    Ray workers (``ray::...``) and the CPU seconds of every descendant (last value seen per pid)."""
 
     def __init__(self, interval_s: float = 0.2):
         import psutil
 
         self.psutil, self.interval_s = psutil, interval_s
         self.peak_total_mb = self.peak_single_mb = 0.0
+        self.cpu_by_pid: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self.cpu_by_pid.values())
 
     def _run(self) -> None:
         me = self.psutil.Process()
@@ -49,7 +62,9 @@ class WorkerMemory:
             total = single = 0.0
             for proc in me.children(recursive=True):
                 try:
-                    if proc.name().startswith("ray::") or " ray::" in " ".join(proc.cmdline()[:1]):
+                    times = proc.cpu_times()
+                    self.cpu_by_pid[proc.pid] = times.user + times.system
+                    if proc.name().startswith("ray::"):
                         rss = proc.memory_info().rss / 2**20
                         total += rss
                         single = max(single, rss)
@@ -59,7 +74,7 @@ class WorkerMemory:
             self.peak_single_mb = max(self.peak_single_mb, single)
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> WorkerMemory:
+    def __enter__(self) -> ClusterSampler:
         self._thread.start()
         return self
 
@@ -78,7 +93,7 @@ def child_baseline(corpus: str, config: str | None, output: str) -> dict:
     argv = ["--input", corpus, "--output", output] + (["--config", config] if config else [])
     cfg = resolve_config(build_parser().parse_args(argv))
     _, steps, _, _ = plan(cfg)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _own_cpu_s()
     result = run_in_process(cfg.inputs, steps)
     os.makedirs(output, exist_ok=True)
     with open(os.path.join(output, "kept.jsonl"), "w", encoding="utf-8") as kept:
@@ -90,6 +105,7 @@ def child_baseline(corpus: str, config: str | None, output: str) -> dict:
         "rows": result.rows_read,
         "kept": len(result.kept),
         "seconds": seconds,
+        "cpu_s": _own_cpu_s() - cpu_start,
         "driver_peak_mb": _peak_rss_mb(),
     }
 
@@ -112,22 +128,27 @@ def child_dedup(corpus: str) -> dict:
 
 def child_job(corpus: str, config: str | None, output: str, cpus: int, batch_size: int | None) -> dict:
     from jobs.preprocess.config import build_parser, resolve_config
-    from jobs.preprocess.job import run
+    from jobs.preprocess.job import connect, run
 
     argv = ["--input", corpus, "--output", output, "--num-cpus", str(cpus), "--no-progress", "--overwrite"]
     argv += (["--config", config] if config else []) + (
         ["--batch-size", str(batch_size)] if batch_size else []
     )
     cfg = resolve_config(build_parser().parse_args(argv))
-    with WorkerMemory() as workers:
+    connect(None, num_cpus=cpus)  # start the cluster first: its start-up is not the job's work
+    with ClusterSampler() as cluster:
+        time.sleep(0.5)
+        cluster_start_cpu_s, cpu_start = cluster.cpu_s, _own_cpu_s()
         summary = run(cfg)
     return {
         "rows": summary.rows_read,
         "kept": summary.kept,
         "seconds": summary.seconds,
+        # the driver's own CPU plus every cluster process's (raylet, GCS, workers) during the run
+        "cpu_s": _own_cpu_s() - cpu_start + cluster.cpu_s - cluster_start_cpu_s,
         "driver_peak_mb": _peak_rss_mb(),
-        "workers_peak_total_mb": workers.peak_total_mb,
-        "workers_peak_single_mb": workers.peak_single_mb,
+        "workers_peak_total_mb": cluster.peak_total_mb,
+        "workers_peak_single_mb": cluster.peak_single_mb,
     }
 
 
@@ -190,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"# load average before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores")
     results = []
-    header = f"{'rows':>9} {'run':>13} {'seconds':>8} {'rows/s':>8} {'efficiency':>10} {'driver MB':>9} {'workers MB':>10}"
+    header = (
+        f"{'rows':>9} {'run':>13} {'seconds':>8} {'rows/s':>8} {'efficiency':>10} {'CPU s':>7} "
+        f"{'CPU effic.':>10} {'driver MB':>9} {'workers MB':>10}"
+    )
     print(header)
     for n in args.rows:
         corpus = make_corpus(args.work, n, args.seed)
@@ -200,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             {"rows": base["rows"], "run": "one-process", "cpus": 1, **base, "rows_per_s": base_rate}
         )
         print(
-            f"{base['rows']:>9,} {'one-process':>13} {base['seconds']:>8.1f} {base_rate:>8,.0f} {'':>10} {base['driver_peak_mb']:>9,.0f} {'':>10}"
+            f"{base['rows']:>9,} {'one-process':>13} {base['seconds']:>8.1f} {base_rate:>8,.0f} {'':>10} "
+            f"{base['cpu_s']:>7.1f} {'':>10} {base['driver_peak_mb']:>9,.0f}"
         )
         dedup = _child(["dedup", str(corpus)])
         results.append(
@@ -222,10 +247,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             rate = job["rows"] / job["seconds"]
             efficiency = rate / (base_rate * cpus)
-            results.append({"run": "job", "cpus": cpus, **job, "rows_per_s": rate, "efficiency": efficiency})
+            cpu_efficiency = base["cpu_s"] / job["cpu_s"]  # CPU work of one process / CPU work of the job
+            results.append(
+                {"run": "job", "cpus": cpus, **job, "rows_per_s": rate, "efficiency": efficiency,
+                 "cpu_efficiency": cpu_efficiency}
+            )  # fmt: skip
             print(
                 f"{job['rows']:>9,} {f'job {cpus} CPU':>13} {job['seconds']:>8.1f} {rate:>8,.0f} {efficiency:>10.0%} "
-                f"{job['driver_peak_mb']:>9,.0f} {job['workers_peak_total_mb']:>10,.0f}"
+                f"{job['cpu_s']:>7.1f} {cpu_efficiency:>10.0%} {job['driver_peak_mb']:>9,.0f} "
+                f"{job['workers_peak_total_mb']:>10,.0f}"
             )
     print(f"# load average after: {os.getloadavg()[0]:.2f} (1 min)")
     record = {
