@@ -9,10 +9,12 @@ When a worker dies (its process is killed, its node goes away, its engine breaks
 exceeds ``batch_timeout_s``), every batch it held that had not come back goes to the front of the
 queue, the dead actor is killed for good, and a replacement is started in the background; the other
 workers carry on meanwhile. Batches that came back are never re-run, so **every trajectory comes
-back exactly once**. The batch the worker was running is charged an attempt (those queued behind it
-are not); a batch charged twice is split in halves, so a trajectory that crashes engines ends up
-alone, and after ``max_batch_attempts`` its trajectories come back with ``stop_reason="error"``, as
-do all remaining ones if every worker slot has used up its ``max_worker_restarts``.
+back exactly once**. A batch is charged a failure only when the death is surely its doing (it was
+alone on the worker, overran ``batch_timeout_s`` or found the engine broken); batches caught together
+in a death run alone afterwards until it is clear. A batch charged twice is split in halves, so a
+trajectory that crashes engines ends up alone, and at ``max_batch_attempts`` failures its trajectories
+come back with ``stop_reason="error"``, as do all remaining ones if every worker slot has used up its
+``max_worker_restarts``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from .config import EngineConfig, FarmConfigError, RolloutSpec, check_positive
 from .worker import ID_KEY, RolloutWorker, error_trajectory
 
 logger = logging.getLogger(__name__)
+
+SETTLE_S = 5.0  # how long the calls of a dead worker get to resolve (they fail fast; results in flight arrive)
 
 
 class FarmStartError(RuntimeError):
@@ -63,14 +67,21 @@ class FarmOptions:
 
 @dataclass
 class Batch:
+    """Trajectories sent to a worker together. ``failures`` counts worker deaths (or errors) this batch
+    was surely to blame for; ``suspect`` batches were in flight on a worker that died holding several,
+    and run alone until that is cleared up."""
+
     trajectories: list[Trajectory]
-    attempts: int = 0
+    failures: int = 0
+    dispatches: int = 0
+    suspect: bool = False
     last_error: str | None = None
 
 
 @dataclass
 class FarmBatch:
-    """One batch as it came back: trajectories (stamped with ``worker`` and ``attempts``) and accounting."""
+    """One batch as it came back: trajectories (stamped with ``worker`` and ``attempts``, the times the
+    batch was sent to a worker) and accounting."""
 
     trajectories: list[Trajectory]
     activity: Activity
@@ -91,6 +102,7 @@ class WorkerSlot:
     info: dict[str, Any] = field(default_factory=dict)
     restarts: int = 0
     inflight: dict[Any, tuple[Batch, float]] = field(default_factory=dict)
+    exclusive: bool = False  # running a suspect batch: nothing else is sent meanwhile
     errors: list[str] = field(default_factory=list)
 
 
@@ -229,19 +241,25 @@ class RolloutFarm:
             yield self._out.popleft()
 
     def _dispatch(self, queue: deque[Batch]) -> None:
-        """Hand out batches round-robin until every ready worker holds ``inflight_per_worker``."""
+        """Hand out batches round-robin until every ready worker holds ``inflight_per_worker``; a suspect
+        batch only goes to an idle worker, and has it to itself."""
         limit = self.options.inflight_per_worker
-        while queue:
-            open_slots = [s for s in self.slots if s.state == "ready" and len(s.inflight) < limit]
-            if not open_slots:
-                return
-            for slot in sorted(open_slots, key=lambda s: len(s.inflight)):
-                if not queue:
-                    return
-                batch = queue.popleft()
+        progress = True
+        while queue and progress:
+            progress = False
+            ready = [s for s in self.slots if s.state == "ready" and not s.exclusive and len(s.inflight) < limit]
+            for slot in sorted(ready, key=lambda s: len(s.inflight)):
+                index = next((i for i, b in enumerate(queue) if not (b.suspect and slot.inflight)), None)
+                if index is None:
+                    continue
+                batch = queue[index]
+                del queue[index]
+                batch.dispatches += 1
+                slot.exclusive = batch.suspect
                 ref = slot.handle.run_batch.remote(batch.trajectories)
                 slot.inflight[ref] = (batch, time.monotonic())
                 self._owner[ref] = slot
+                progress = True
 
     def _step(self, queue: deque[Batch]) -> FarmBatch | None:
         """Wait for the next event (a batch, a worker ready, or a deadline) and handle it."""
@@ -267,44 +285,51 @@ class RolloutFarm:
 
         self._owner.pop(ref, None)
         batch, submitted = slot.inflight.pop(ref)
+        slot.exclusive = slot.exclusive and bool(slot.inflight)
         try:
             result = ray.get(ref)
         except RayTaskError as exc:
-            if _cause_name(exc) == "WorkerUnhealthy":
-                self._lose(slot, (batch, submitted), _describe(exc), queue)
+            if _cause_name(exc) == "WorkerUnhealthy":  # this batch found the engine broken
+                self._lose(slot, (batch, submitted), _describe(exc), queue, culprit=True)
             else:  # the worker is alive but the call failed (e.g. arguments it could not take)
                 self._retry(batch, _describe(exc), queue)
             return None
         except Exception as exc:  # the actor died or is unreachable
-            self._lose(slot, (batch, submitted), f"died: {_describe(exc)}", queue)
+            self._lose(slot, (batch, submitted), f"died: {_describe(exc)}", queue, culprit=False)
             return None
         return self._finished(slot, batch, result)
 
     def _finished(self, slot: WorkerSlot, batch: Batch, result: Any) -> FarmBatch:
-        attempts = batch.attempts + 1
         for trajectory in result.trajectories:
             trajectory["worker"] = slot.index
-            trajectory["attempts"] = attempts
-        return FarmBatch(result.trajectories, result.activity, result.generated_tokens, slot.index, attempts)
+            trajectory["attempts"] = batch.dispatches
+        return FarmBatch(result.trajectories, result.activity, result.generated_tokens, slot.index, batch.dispatches)
 
-    def _lose(self, slot: WorkerSlot, failed: tuple[Batch, float], reason: str, queue: deque[Batch]) -> None:
-        """A worker is gone: keep what it had already returned, requeue the rest, replace the worker.
+    def _lose(
+        self, slot: WorkerSlot, failed: tuple[Batch, float], reason: str, queue: deque[Batch], *, culprit: bool
+    ) -> None:
+        """A worker is gone: keep what it had returned, requeue the rest in order, replace the worker.
 
-        Only the oldest unfinished batch (the one the worker was running) is charged an attempt; the
-        batches queued behind it were not at fault and go back unchanged. All return to the front of
-        the queue in their original order.
+        Blame: with ``culprit`` (the batch overran its deadline or found the engine broken) the failed
+        batch is charged. Otherwise a death with one unfinished batch charges it, and a death with
+        several charges none but marks them all suspect, so each next runs alone and the next death
+        is unambiguous. (A crashing process can lose a reply it already sent, so "the oldest batch
+        was running" cannot be trusted.)
         """
         import ray
 
-        held = [failed] + sorted(slot.inflight.values(), key=lambda item: item[1])
+        held = {id(failed[0]): failed}
+        held.update({id(batch): (batch, t) for batch, t in slot.inflight.values()})
         refs = {id(batch): ref for ref, (batch, _) in slot.inflight.items()}
         for ref in slot.inflight:
             self._owner.pop(ref, None)
-        done = set(ray.wait(list(slot.inflight), num_returns=len(slot.inflight), timeout=0)[0]) if slot.inflight else set()
-        slot.inflight = {}
+        # a result the worker sent just before dying may still be on its way: let each call settle
+        pending = list(slot.inflight)
+        done = set(ray.wait(pending, num_returns=len(pending), timeout=SETTLE_S)[0]) if pending else set()
+        slot.inflight, slot.exclusive = {}, False
         unfinished = []
-        for batch, submitted in held:
-            ref = refs.get(id(batch))
+        for key, (batch, submitted) in held.items():
+            ref = refs.get(key)
             if ref is not None and ref in done:
                 try:
                     self._out.append(self._finished(slot, batch, ray.get(ref, timeout=0)))
@@ -313,22 +338,30 @@ class RolloutFarm:
                     pass
             unfinished.append((submitted, batch))
         unfinished.sort(key=lambda item: item[0])
-        for _, batch in reversed(unfinished[1:]):
-            queue.appendleft(batch)
-        if unfinished:
-            self._retry(unfinished[0][1], f"worker {slot.index} {reason}", queue)
+        blamed = failed[0] if culprit else unfinished[0][1] if len(unfinished) == 1 else None
+        error = f"worker {slot.index} {reason}"
+        for _, batch in reversed(unfinished):
+            if batch is blamed:
+                self._retry(batch, error, queue)
+            else:
+                batch.suspect = batch.suspect or (not culprit and len(unfinished) > 1)
+                batch.last_error = error
+                queue.appendleft(batch)
         self._replace(slot, reason)
 
     def _retry(self, batch: Batch, error: str, queue: deque[Batch]) -> None:
-        batch.attempts += 1
+        """Charge ``batch`` a failure: requeue it to run alone, halve it from its second failure on (to
+        isolate a trajectory that breaks workers), give up at ``max_batch_attempts``."""
+        batch.failures += 1
         batch.last_error = error
-        if batch.attempts >= self.options.max_batch_attempts:
-            self._give_up(batch, f"gave up after {batch.attempts} attempts; last: {error}")
-        elif batch.attempts >= 2 and len(batch.trajectories) > 1:
+        if batch.failures >= self.options.max_batch_attempts:
+            self._give_up(batch, f"gave up after {batch.failures} failures; last: {error}")
+        elif batch.failures >= 2 and len(batch.trajectories) > 1:
             half = len(batch.trajectories) // 2
-            queue.appendleft(Batch(batch.trajectories[half:], batch.attempts, error))
-            queue.appendleft(Batch(batch.trajectories[:half], batch.attempts, error))
+            for part in (batch.trajectories[half:], batch.trajectories[:half]):
+                queue.appendleft(Batch(part, batch.failures, batch.dispatches, True, error))
         else:
+            batch.suspect = True
             queue.appendleft(batch)
 
     def _give_up(self, batch: Batch, reason: str) -> None:
@@ -336,9 +369,9 @@ class RolloutFarm:
         failed = []
         for trajectory in batch.trajectories:
             out = error_trajectory(trajectory, f"RolloutFarmError: {reason}")
-            out.update(worker=None, attempts=batch.attempts)
+            out.update(worker=None, attempts=batch.dispatches)
             failed.append(out)
-        self._out.append(FarmBatch(failed, Activity(), 0, None, batch.attempts))
+        self._out.append(FarmBatch(failed, Activity(), 0, None, batch.dispatches))
 
     # -- deadlines -------------------------------------------------------------------------------------
 
@@ -359,7 +392,7 @@ class RolloutFarm:
             overdue = [ref for ref, (_, t) in slot.inflight.items() if limit is not None and now - t >= limit]
             if overdue:
                 self._owner.pop(overdue[0], None)
-                self._lose(slot, slot.inflight.pop(overdue[0]), f"exceeded batch_timeout_s={limit:g}", queue)
+                self._lose(slot, slot.inflight.pop(overdue[0]), f"exceeded batch_timeout_s={limit:g}", queue, culprit=True)
 
 
 def _check_ids(items: list[Trajectory]) -> None:

@@ -30,7 +30,7 @@ from .modes import mode_class
 logger = logging.getLogger(__name__)
 
 ID_KEY = "trajectory_id"
-MAX_CONCURRENT_CALLS = 4  # generate calls queue inside the actor; ready/stats answer meanwhile
+MAX_CONCURRENT_BATCHES = 16  # for modes that share the engine between batches (concurrent_batches)
 
 
 class WorkerUnhealthy(RuntimeError):
@@ -75,16 +75,20 @@ class RolloutWorker:
     @staticmethod
     def ray_options(cfg: EngineConfig) -> dict[str, Any]:
         """Ray actor options for a worker of ``cfg``: resources, process environment, no Ray-side restarts
-        (the driver restarts workers itself and re-runs only their unfinished trajectories)."""
+        (the driver restarts workers itself and re-runs only their unfinished trajectories).
+
+        A mode that runs one batch at a time gets a sequential actor: Ray then runs calls in the order
+        they were sent, so when the worker dies the driver knows which batch it was running."""
         cfg.validate()
         runtime_env = dict(cfg.runtime_env)
         runtime_env["env_vars"] = {**cfg.process_env(), **dict(runtime_env.get("env_vars") or {})}
+        concurrent = bool(getattr(mode_class(cfg.mode), "concurrent_batches", False))
         return {
             "num_cpus": cfg.num_cpus,
             "num_gpus": cfg.num_gpus,
             "runtime_env": runtime_env,
             "max_restarts": 0,
-            "max_concurrency": MAX_CONCURRENT_CALLS,
+            "max_concurrency": MAX_CONCURRENT_BATCHES if concurrent else 1,
         }
 
     def ready(self) -> dict[str, Any]:

@@ -84,7 +84,7 @@ def test_a_killed_worker_is_replaced_and_every_trajectory_comes_back_exactly_onc
         seen.update(t["trajectory_id"] for t in finished.trajectories)
         results += finished.trajectories
         if killed_pid is None:  # the worker holds the next batch (running or queued): kill it mid-run
-            killed_pid = ray.get(farm.handles[0].ready.remote())["pid"]
+            killed_pid = farm.slots[0].info["pid"]
             ray.kill(farm.handles[0], no_restart=True)
     assert seen == Counter(t["trajectory_id"] for t in batch)  # every one, exactly once
     assert farm.restarts == 1 and farm.given_up == 0

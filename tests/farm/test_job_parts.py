@@ -78,6 +78,7 @@ def test_cpu_engine_process_settings_and_ray_options():
     options = RolloutWorker.ray_options(engine)
     env = options["runtime_env"]["env_vars"]
     assert options["num_cpus"] == 2 and options["num_gpus"] == 0 and options["max_restarts"] == 0
+    assert options["max_concurrency"] == 1  # sync mode: batches run in the order they were sent
     assert env["OMP_NUM_THREADS"] == "2" and env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env["VLLM_LOGGING_LEVEL"] == "ERROR"
     assert engine.sampler_kwargs()["engine_kwargs"]["distributed_executor_backend"] == "uni"
