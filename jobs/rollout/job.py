@@ -57,7 +57,7 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
     if state.truncated_bytes:
         logger.warning("cut a torn last line (%d bytes) from %s", state.truncated_bytes, journal.path)
     todo = [t for t in trajectories if t["trajectory_id"] not in state.ids]
-    logger.info("%d trajectories asked, %d already in %s, %d to run", len(trajectories), len(state.ids & {t["trajectory_id"] for t in trajectories}), journal.path, len(todo))
+    logger.info("%d trajectories asked, %d to run (%s)", len(trajectories), len(todo), journal.path)
     tally = RolloutTally()
     farm = services = info = None
     startup_s = rollout_s = 0.0

@@ -225,3 +225,59 @@ def test_parquet_output_has_typed_token_columns(tmp_path):
 
 def test_rollout_spec_defaults_validate():
     assert RolloutSpec().validate().sampling_params().num_samples == 1
+
+
+# -- the command -------------------------------------------------------------------------------------
+
+
+def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path, capsys):
+    from jobs.rollout import main
+
+    assert main(["--config", str(DEMO_CONFIG), "--output", str(tmp_path / "out"), "--limit", "5", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "# 5 trajectories from" in out and "tool server demo_tools: deploy" in out and "env server guess_number" in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_input_exits_2_naming_the_problem(tmp_path, capsys):
+    from jobs.rollout import main
+
+    prompts = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "hi", "toolsets": ["search"]}])
+    assert main(["--prompts", str(prompts), "--output", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert "asks for toolsets ['search'], which this config does not serve" in captured.err
+    assert "rollout: not started" in captured.out
+
+
+def test_a_finished_run_resumes_to_nothing_without_a_cluster(tmp_path, capsys):
+    """Every trajectory is already in the journal: the job reports and exits without starting Ray."""
+    from jobs.rollout import main
+    from jobs.rollout.config import config_from_mapping
+
+    output = tmp_path / "out"
+    argv = ["--config", str(DEMO_CONFIG), "--output", str(output), "--limit", "3", "--no-progress"]
+    cfg = resolve_config(build_parser().parse_args(argv))
+    journal, _ = Journal.open(str(output), cfg.fingerprint(), overwrite=False)
+    journal.append([record(tid) for tid in ("weather-001", "weather-002", "weather-003")])
+    journal.close()
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "rollout: 0 new trajectories" in out and "3 resumed from an earlier run" in out
+    assert json.loads((output / "summary.json").read_text())["trajectories_in_output"] == 3
+    assert config_from_mapping({"prompts": "p", "output": "o"}).fingerprint()["model"].startswith("sha256:")
+
+
+def test_percentiles_and_figures():
+    from actors.activity import Activity, ToolCallTiming
+    from jobs.rollout.summary import RolloutTally, percentile, rollout_figures
+
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0 and percentile(list(range(1, 101)), 99) == 99
+    tally = RolloutTally()
+    calls = [ToolCallTiming("get_weather", 0.01 * i, i != 3) for i in range(1, 5)]
+    tally.add([{"stop_reason": "stop", "input_ids": [1, 2, 3]}], Activity(4.0, 2.4, 1.2, calls), 40)
+    figures = rollout_figures(tally, rollout_s=5.0, engines=1)
+    assert figures["trajectories_per_s"] == 0.2 and figures["generated_tokens_per_s"] == 8.0
+    assert figures["engine_idle_waiting_for_tools"] == 0.3 and figures["engine_busy_share"] == 0.6
+    assert figures["worker_utilisation"] == 0.8 and figures["other_share"] == 0.1
+    assert figures["tools"]["get_weather"] == {"calls": 4, "errors": 1, "p50_s": 0.02, "p99_s": 0.04}

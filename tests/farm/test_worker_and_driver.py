@@ -98,7 +98,7 @@ def test_when_every_worker_is_used_up_the_rest_comes_back_as_errors(ray_local):
 @pytest.mark.integration
 def test_a_hung_batch_is_cut_by_batch_timeout_and_the_worker_replaced(ray_local):
     farm = RolloutFarm(
-        SCRIPTED, RolloutSpec(), FarmOptions(workers=1, batch_size=2, batch_timeout_s=3, max_batch_attempts=2, inflight_per_worker=1)
+        SCRIPTED, RolloutSpec(), FarmOptions(workers=1, batch_size=2, batch_timeout_s=1.5, max_batch_attempts=1, inflight_per_worker=1)
     )
     start = time.monotonic()
     try:
@@ -108,8 +108,8 @@ def test_a_hung_batch_is_cut_by_batch_timeout_and_the_worker_replaced(ray_local)
     assert time.monotonic() - start < 60
     by_id = {t["trajectory_id"]: t for t in results}
     assert len(results) == 4 and by_id["t0"]["stop_reason"] == "stop" and by_id["t1"]["stop_reason"] == "stop"
-    assert by_id["t3"]["stop_reason"] == "error" and "batch_timeout_s=3" in by_id["t3"]["error"]
-    assert farm.restarts >= 2
+    assert by_id["t3"]["stop_reason"] == "error" and "batch_timeout_s=1.5" in by_id["t3"]["error"]
+    assert farm.restarts == 1
 
 
 @pytest.mark.integration
