@@ -103,6 +103,7 @@ class WorkerSlot:
     restarts: int = 0
     inflight: dict[Any, tuple[Batch, float]] = field(default_factory=dict)
     exclusive: bool = False  # running a suspect batch: nothing else is sent meanwhile
+    abandoned: bool = False  # still busy with batches of a run whose caller stopped reading
     errors: list[str] = field(default_factory=list)
 
 
@@ -146,16 +147,19 @@ class RolloutFarm:
         slot.state = "starting"
         self._owner[slot.ready_ref] = slot
 
-    def _replace(self, slot: WorkerSlot, reason: str) -> None:
-        """Kill the slot's actor; start a new one unless the slot has used its restarts."""
+    def _kill(self, slot: WorkerSlot) -> None:
         import ray
 
-        slot.errors.append(reason)
         if slot.ready_ref is not None:
             self._owner.pop(slot.ready_ref, None)
             slot.ready_ref = None
         with contextlib.suppress(Exception):  # already gone
             ray.kill(slot.handle, no_restart=True)
+
+    def _replace(self, slot: WorkerSlot, reason: str) -> None:
+        """Kill the slot's actor; start a new one unless the slot has used its restarts."""
+        slot.errors.append(reason)
+        self._kill(slot)
         if slot.restarts >= self.options.max_worker_restarts:
             slot.state = "retired"
             logger.error("worker %d retired after %d restarts: %s", slot.index, slot.restarts, reason)
@@ -192,21 +196,21 @@ class RolloutFarm:
         return ready
 
     def shutdown(self) -> None:
-        """Stop every worker (engines shut down, then the actors are killed)."""
+        """Stop every worker: idle ones shut their engines down first; busy or starting ones are killed."""
         import ray
 
-        live = [slot.handle for slot in self.slots if slot.handle is not None and slot.state != "retired"]
+        idle = [s.handle for s in self.slots if s.state == "ready" and not s.inflight and not s.abandoned]
         refs = []
-        for handle in live:
+        for handle in idle:
             with contextlib.suppress(Exception):
                 refs.append(handle.shutdown.remote())
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=15)
-        for handle in live:
-            with contextlib.suppress(Exception):
-                ray.kill(handle, no_restart=True)
         for slot in self.slots:
+            if slot.handle is not None and slot.state != "retired":
+                self._kill(slot)
             slot.state, slot.handle, slot.inflight = "retired", None, {}
+        self._owner.clear()
 
     # -- work ------------------------------------------------------------------------------------------
 
@@ -222,8 +226,24 @@ class RolloutFarm:
             return
         if all(slot.handle is None for slot in self.slots):
             self.start()
+        for slot in self.slots:
+            if slot.abandoned:  # it may still be running an earlier run's batches: start it afresh
+                slot.abandoned = False
+                self._kill(slot)
+                self._launch(slot)
         size = self.options.batch_size
         queue: deque[Batch] = deque(Batch(items[i : i + size]) for i in range(0, len(items), size))
+        try:
+            yield from self._drive(queue)
+        finally:
+            self._out.clear()
+            for slot in self.slots:  # the caller stopped early: forget this run's batches
+                if slot.inflight:
+                    for ref in slot.inflight:
+                        self._owner.pop(ref, None)
+                    slot.inflight, slot.exclusive, slot.abandoned = {}, False, True
+
+    def _drive(self, queue: deque[Batch]) -> Iterator[FarmBatch]:
         while queue or self._owner or self._out:
             while self._out:
                 yield self._out.popleft()

@@ -130,3 +130,18 @@ def test_trajectory_ids_are_required_and_unique():
         list(farm.run([{"messages": []}]))
     with pytest.raises(ValueError, match="appears twice"):
         list(farm.run(trajectories(2) + trajectories(1)))
+
+
+@pytest.mark.integration
+def test_a_run_abandoned_by_its_caller_does_not_leak_into_the_next(ray_local):
+    farm = RolloutFarm(SCRIPTED, RolloutSpec(), FarmOptions(workers=1, batch_size=2, inflight_per_worker=2))
+    try:
+        first = farm.run(trajectories(8, t2={"hang_s": 1}))
+        next(first)
+        first.close()  # e.g. the job's consumer failed: batches t2.. are still on the worker
+        second = [{**t, "trajectory_id": f"again-{t['trajectory_id']}"} for t in trajectories(4)]
+        results = run_all(farm, second)
+    finally:
+        farm.shutdown()
+    assert sorted(t["trajectory_id"] for t in results) == sorted(t["trajectory_id"] for t in second)
+    assert farm.restarts == 0  # the busy worker was started afresh, not counted as a failure
