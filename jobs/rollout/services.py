@@ -13,9 +13,11 @@ worker reaches the services through the proxy on its own node at the same URL.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,11 +145,12 @@ def deploy(cfg: RolloutJobConfig, embedded: bool) -> Services:
     if apps:
         from ray import serve
 
-        services.base_url, services.started_serve = start_serve(cfg, embedded)
-        serve.run_many(
-            [serve.RunTarget(app, name=name, route_prefix=route) for name, route, app in apps],
-            wait_for_applications_running=False,
-        )
+        with _quiet_serve():
+            services.base_url, services.started_serve = start_serve(cfg, embedded)
+            serve.run_many(
+                [serve.RunTarget(app, name=name, route_prefix=route) for name, route, app in apps],
+                wait_for_applications_running=False,
+            )
         services.deployed = [name for name, _, _ in apps]
         _wait_running(services.deployed, cfg.deploy_timeout_s)
         services.urls = {name: services.base_url + route for name, route, _ in apps}
@@ -161,6 +164,21 @@ def deploy(cfg: RolloutJobConfig, embedded: bool) -> Services:
         _wait_healthy(spec.name, url, deadline)
         services.catalog.envs[spec.name] = _env_endpoint(spec, url)
     return services
+
+
+@contextlib.contextmanager
+def _quiet_serve() -> Iterator[None]:
+    """Hide Serve's INFO lines about starting (and then reusing) its controller; warnings still show."""
+    serve_logger = logging.getLogger("ray.serve")
+
+    def warnings_only(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+    serve_logger.addFilter(warnings_only)  # a filter, not a level: starting Serve resets the level
+    try:
+        yield
+    finally:
+        serve_logger.removeFilter(warnings_only)
 
 
 def _wait_running(names: list[str], timeout_s: float) -> None:
