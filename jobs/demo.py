@@ -1,4 +1,4 @@
-"""``twinkle-agentic demo``: the whole system on this machine, end to end.
+"""twinkle-agentic demo: the whole system on this machine, end to end.
 
 1. start an embedded Ray cluster (enough logical CPUs for two engines and the Serve replicas, also
    on a 2-core laptop);

@@ -84,7 +84,7 @@ class RolloutJobConfig:
     )
     limit: int | None = field(default=None, metadata=_opt("roll out only the first N prompts"))
     samples_per_prompt: int = field(default=1, metadata=_opt("trajectories per prompt (e.g. a GRPO group)"))
-    mode: str = field(default="sync", metadata=_opt("rollout mode of the workers (sync, or a registered mode)"))
+    mode: str = field(default="sync", metadata=_opt("rollout mode of the workers: sync, another registered mode, or module:Class"))
     engines: int = field(default=1, metadata=_opt("number of engines (rollout workers, one vLLM engine each)"))
     engine: dict[str, Any] = field(
         default_factory=dict, metadata=_yaml_only(f"per-engine settings and resources: {', '.join(ENGINE_KEYS)}")
@@ -103,8 +103,8 @@ class RolloutJobConfig:
     ready_timeout_s: float = field(default=900.0, metadata=_opt("how long an engine may take to start"))
     batch_timeout_s: float | None = field(default=None, metadata=_opt("restart a worker stuck on one batch this long"))
     max_worker_restarts: int = field(default=3, metadata=_opt("replacements per worker slot"))
-    max_batch_attempts: int = field(default=3, metadata=_opt("tries per batch before its trajectories end in error"))
-    verify_tokens: bool = field(default=True, metadata=_opt("record token_drift per trajectory", negate="--no-verify-tokens"))
+    max_batch_attempts: int = field(default=3, metadata=_opt("failures a batch may cause before its trajectories end in error"))
+    verify_tokens: bool = field(default=True, metadata=_opt("skip re-rendering each trajectory to measure token_drift", negate="--no-verify-tokens"))
     serve_host: str = field(default="127.0.0.1", metadata=_opt("Serve HTTP host (set a token_env before 0.0.0.0)"))
     serve_port: int | None = field(
         default=None, metadata=_opt("Serve HTTP port (default: a free port on an embedded cluster, else 8000)")
