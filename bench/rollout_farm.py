@@ -106,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = demo_config(args)
     info = connect(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
-    print(f"# {info.summary()}; model {cfg.model_path()}", flush=True)
+    from jobs.rollout.config import model_identity
+
+    model = f"{cfg.model_path()} ({model_identity(cfg.model_path())})"
+    print(f"# {info.summary()}; model {model}", flush=True)
     services = deploy(cfg, embedded=True)
     farms, startup = {}, {}
     for engines in (1, 2):
@@ -141,7 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'2 / 1':>8} " + " ".join(f"{f'{ratio[k]:.2f}x' if ratio[k] else 'n/a':>13}" for k, _, _ in COLUMNS))
     record = {
         "bench": "rollout_farm",
-        "params": {**vars(args), "trajectories_per_round": len(workload(cfg, args.repeat, 0)), "cluster": info.summary()},
+        "params": {
+            **vars(args),
+            "model": model,
+            "trajectories_per_round": len(workload(cfg, args.repeat, 0)),
+            "cluster": info.summary(),
+        },
         "git_sha": git_sha(),
         "results": {"startup_s": startup, "rounds": rounds, "median": median, "ratio_2_over_1": ratio},
     }
