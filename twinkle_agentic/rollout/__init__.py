@@ -1,5 +1,6 @@
-"""Multi-turn tool-calling rollouts: on a vLLM sampler (``MultiTurnRollout``) or an OpenAI-compatible
-API (``APIMultiTurnRollout``). Names are resolved lazily so importing this package is cheap."""
+"""Multi-turn tool-calling rollouts: on a vLLM sampler (``MultiTurnRollout``, turn-synchronous; or
+``AsyncMultiTurnRollout``, per-trajectory on the async engine) or an OpenAI-compatible API
+(``APIMultiTurnRollout``). Names are resolved lazily so importing this package is cheap."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ _EXPORTS = {
     "STOP_REASONS": ".base",
     "TraceWriter": ".traces",
     "MultiTurnRollout": ".multi_turn",
+    "AsyncMultiTurnRollout": ".async_multi_turn",
+    "FailurePolicy": ".failure_policy",
+    "ToolLimit": ".tool_scheduler",
     "APIMultiTurnRollout": ".api_multi_turn",
 }
 

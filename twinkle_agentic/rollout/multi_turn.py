@@ -64,6 +64,20 @@ class RolloutStats:
         }
 
 
+def check_rollout_settings(owner: str, sampler: Any, template: Any, max_trajectory_tokens: Any) -> None:
+    """The construction checks every engine rollout shares (SPEC 17.2)."""
+    if sampler is None:
+        raise ValueError(f"{owner} needs a sampler (a local sampler or a Ray actor handle)")
+    if template is None:
+        raise ValueError(f"{owner} needs a template (twinkle_agentic.template.Template)")
+    if getattr(template, "truncation_strategy", None) == "split":
+        raise ValueError("template truncation_strategy 'split' cannot be used for rollouts; use 'raise', 'left' or 'right'")
+    if max_trajectory_tokens is not None and (
+        isinstance(max_trajectory_tokens, bool) or not isinstance(max_trajectory_tokens, int) or max_trajectory_tokens < 1
+    ):
+        raise ValueError(f"max_trajectory_tokens must be None or an integer >= 1, got {max_trajectory_tokens!r}")
+
+
 def _is_actor_method(method: Any) -> bool:
     """A Ray ``ActorMethod`` (``handle.sample``) has ``.remote``; a bound method does not."""
     return hasattr(method, "remote")
@@ -96,16 +110,7 @@ class MultiTurnRollout(Rollout):
         tool_concurrency: int = 8,
         verify_tokens: bool = True,
     ):
-        if sampler is None:
-            raise ValueError("MultiTurnRollout needs a sampler (a local sampler or a Ray actor handle)")
-        if template is None:
-            raise ValueError("MultiTurnRollout needs a template (twinkle_agentic.template.Template)")
-        if getattr(template, "truncation_strategy", None) == "split":
-            raise ValueError("template truncation_strategy 'split' cannot be used for rollouts; use 'raise', 'left' or 'right'")
-        if max_trajectory_tokens is not None and (
-            isinstance(max_trajectory_tokens, bool) or not isinstance(max_trajectory_tokens, int) or max_trajectory_tokens < 1
-        ):
-            raise ValueError(f"max_trajectory_tokens must be None or an integer >= 1, got {max_trajectory_tokens!r}")
+        check_rollout_settings("MultiTurnRollout", sampler, template, max_trajectory_tokens)
         if not isinstance(tool_concurrency, int) or tool_concurrency < 1:
             raise ValueError(f"tool_concurrency must be an integer >= 1, got {tool_concurrency!r}")
         self.sampler = sampler
