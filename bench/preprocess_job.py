@@ -39,6 +39,15 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _process_kind(name: str) -> str:
+    """Ray Data's bookkeeping actors, task/actor workers, or the rest (raylet, GCS, agents)."""
+    if name.startswith(("ray::_StatsActor", "ray::_AutoscalingCoordinatorActor")):
+        return "ray_data_actors"
+    if name.startswith("ray::") and not name.startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent")):
+        return "workers"
+    return "other"
+
+
 class ClusterSampler:
     """Samples this process's descendants (the embedded Ray cluster) in a thread: peak RSS of the
     Ray workers (``ray::...``) and the CPU seconds of every descendant (last value seen per pid)."""
@@ -49,12 +58,20 @@ class ClusterSampler:
         self.psutil, self.interval_s = psutil, interval_s
         self.peak_total_mb = self.peak_single_mb = 0.0
         self.cpu_by_pid: dict[int, float] = {}
+        self.kind_by_pid: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     @property
     def cpu_s(self) -> float:
         return sum(self.cpu_by_pid.values())
+
+    def cpu_by_kind(self, since: dict[int, float]) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for pid, cpu in self.cpu_by_pid.items():
+            kind = self.kind_by_pid.get(pid, "other")
+            totals[kind] = totals.get(kind, 0.0) + cpu - since.get(pid, 0.0)
+        return {k: round(v, 2) for k, v in sorted(totals.items())}
 
     def _run(self) -> None:
         me = self.psutil.Process()
@@ -64,7 +81,10 @@ class ClusterSampler:
                 try:
                     times = proc.cpu_times()
                     self.cpu_by_pid[proc.pid] = times.user + times.system
-                    if proc.name().startswith("ray::"):
+                    name = proc.name()
+                    if proc.pid not in self.kind_by_pid or self.kind_by_pid[proc.pid] == "other":
+                        self.kind_by_pid[proc.pid] = _process_kind(name)
+                    if name.startswith("ray::"):
                         rss = proc.memory_info().rss / 2**20
                         total += rss
                         single = max(single, rss)
@@ -138,14 +158,16 @@ def child_job(corpus: str, config: str | None, output: str, cpus: int, batch_siz
     connect(None, num_cpus=cpus)  # start the cluster first: its start-up is not the job's work
     with ClusterSampler() as cluster:
         time.sleep(0.5)
-        cluster_start_cpu_s, cpu_start = cluster.cpu_s, _own_cpu_s()
+        cluster_start, cluster_start_cpu_s, cpu_start = dict(cluster.cpu_by_pid), cluster.cpu_s, _own_cpu_s()
         summary = run(cfg)
+        driver_cpu_s = _own_cpu_s() - cpu_start
     return {
         "rows": summary.rows_read,
         "kept": summary.kept,
         "seconds": summary.seconds,
         # the driver's own CPU plus every cluster process's (raylet, GCS, workers) during the run
-        "cpu_s": _own_cpu_s() - cpu_start + cluster.cpu_s - cluster_start_cpu_s,
+        "cpu_s": driver_cpu_s + cluster.cpu_s - cluster_start_cpu_s,
+        "cpu_s_by_process": {"driver": round(driver_cpu_s, 2), **cluster.cpu_by_kind(cluster_start)},
         "driver_peak_mb": _peak_rss_mb(),
         "workers_peak_total_mb": cluster.peak_total_mb,
         "workers_peak_single_mb": cluster.peak_single_mb,
@@ -257,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{job['cpu_s']:>7.1f} {cpu_efficiency:>10.0%} {job['driver_peak_mb']:>9,.0f} "
                 f"{job['workers_peak_total_mb']:>10,.0f}"
             )
+            print(f"{'':>9} {'':>13} CPU seconds by process: {job['cpu_s_by_process']}")
     print(f"# load average after: {os.getloadavg()[0]:.2f} (1 min)")
     record = {
         "bench": "preprocess_job",

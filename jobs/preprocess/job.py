@@ -33,6 +33,9 @@ from .steps import ConfigError, Stage, build_step, plan_stages, unique_names
 logger = logging.getLogger(__name__)
 
 MAX_DEFAULT_PARTITIONS = 64
+# Ray's default (1 GiB) buffers the whole input of a dedup shuffle at our sizes before the first map
+# task runs; smaller batches let the shuffle map run while the filters are still producing rows.
+SHUFFLE_INPUT_BATCH_BYTES = 64 << 20
 
 
 class InvariantError(RuntimeError):
@@ -199,6 +202,7 @@ def run(cfg: PreprocessConfig) -> RunSummary:
         ShuffleStrategy.GPU_SHUFFLE,
     ):
         context.shuffle_strategy = ShuffleStrategy.SHUFFLE_V2  # keyed repartition needs a hash shuffle
+    context.shuffle_input_batch_bytes = min(context.shuffle_input_batch_bytes, SHUFFLE_INPUT_BATCH_BYTES)
     partitions = cfg.dedup_partitions or min(MAX_DEFAULT_PARTITIONS, 2 * cluster_cpus())
     for stage in stages:
         logger.info("stage %s", stage.describe(names))
