@@ -82,8 +82,9 @@ class ClusterSampler:
                     times = proc.cpu_times()
                     self.cpu_by_pid[proc.pid] = times.user + times.system
                     name = proc.name()
-                    if proc.pid not in self.kind_by_pid or self.kind_by_pid[proc.pid] == "other":
-                        self.kind_by_pid[proc.pid] = _process_kind(name)
+                    kind = _process_kind(name)  # an actor starts as ray::IDLE: keep the most specific kind
+                    if kind == "ray_data_actors" or proc.pid not in self.kind_by_pid:
+                        self.kind_by_pid[proc.pid] = kind
                     if name.startswith("ray::"):
                         rss = proc.memory_info().rss / 2**20
                         total += rss
@@ -202,6 +203,29 @@ def make_corpus(work: Path, rows: int, seed: int) -> Path:
     return corpus
 
 
+def marginal_cpu(results: list[dict]) -> dict:
+    """CPU seconds per extra row between the smallest and the largest corpus, per run kind: the
+    steady-state cost without fixed start-up costs, and the job's efficiency on that margin."""
+    lines, values = [], {}
+    runs: dict[tuple, list[dict]] = {}
+    for r in results:
+        runs.setdefault((r["run"], r["cpus"]), []).append(r)
+    for key, rs in runs.items():
+        rs = sorted(rs, key=lambda r: r["rows"])
+        if len(rs) >= 2 and "cpu_s" in rs[0] and rs[-1]["rows"] > rs[0]["rows"]:
+            per_row = (rs[-1]["cpu_s"] - rs[0]["cpu_s"]) / (rs[-1]["rows"] - rs[0]["rows"])
+            values[f"{key[0]} {key[1]} CPU"] = per_row
+    base = values.get("one-process 1 CPU")
+    for name, per_row in values.items():
+        share = (
+            f", CPU efficiency on the margin {base / per_row:.0%}"
+            if base and name != "one-process 1 CPU"
+            else ""
+        )
+        lines.append(f"# marginal CPU per row, {name}: {per_row * 1e6:,.0f} us{share}")
+    return {"lines": lines, "values": values}
+
+
 def _git_sha() -> str:
     out = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
@@ -281,7 +305,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"{'':>9} {'':>13} CPU seconds by process: {job['cpu_s_by_process']}")
     print(f"# load average after: {os.getloadavg()[0]:.2f} (1 min)")
+    marginal = marginal_cpu(results)
+    for line in marginal["lines"]:
+        print(line)
     record = {
+        "marginal": marginal["values"],
         "bench": "preprocess_job",
         "params": {
             "rows": args.rows,
