@@ -116,7 +116,10 @@ class Journal:
         if not trajectories:
             return
         if self._handle is None:
+            created = not os.path.exists(self.path)
             self._handle = open(self.path, "ab")  # noqa: SIM115 - held open across batches, closed in close()
+            if created:  # the file's directory entry must survive a crash too
+                _fsync_directory(self.directory)
         text = "".join(json.dumps(to_record(t), ensure_ascii=False, default=str) + "\n" for t in trajectories)
         self._handle.write(text.encode("utf-8", "surrogatepass"))
         self._handle.flush()
@@ -191,6 +194,15 @@ def _atomic_write(path: str, text: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+    _fsync_directory(os.path.dirname(path))
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # -- Parquet ------------------------------------------------------------------------------------------
