@@ -12,7 +12,7 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import job_settings
+from farm_settings import job_settings
 
 from twinkle_agentic.rollout.base import STOP_REASONS
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, job_settings
+from farm_settings import REPO_ROOT, job_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
