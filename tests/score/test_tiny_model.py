@@ -90,7 +90,8 @@ def test_deltas_are_the_models_logprobs(backend, tiny_model_path):
     expected = [None if u is None else c - u for c, u in zip(conditional, unconditional, strict=True)]
     got = record["features"]["deltas"]
     assert len(got) == len(answer) and got[0] is None
-    assert max(abs(g - e) for g, e in zip(got[1:], expected[1:], strict=True)) < 0.1  # bf16 engine vs fp32
+    # the session engine may compute in bfloat16 (about 3 significant digits) against float32 here
+    assert got[1:] == pytest.approx(expected[1:], rel=0.02, abs=0.05)
     ifd = math.exp(-sum(expected[1:]) / (len(expected) - 1))
     assert record["scores"]["sifd"]["score"] == pytest.approx(ifd, rel=0.05)
 
