@@ -39,6 +39,9 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+KIND_RANK = {"other": 0, "workers": 1, "ray_data_actors": 2}
+
+
 def _process_kind(name: str) -> str:
     """Ray Data's bookkeeping actors, task/actor workers, or the rest (raylet, GCS, agents)."""
     if name.startswith(("ray::_StatsActor", "ray::_AutoscalingCoordinatorActor")):
@@ -82,8 +85,9 @@ class ClusterSampler:
                     times = proc.cpu_times()
                     self.cpu_by_pid[proc.pid] = times.user + times.system
                     name = proc.name()
-                    kind = _process_kind(name)  # an actor starts as ray::IDLE: keep the most specific kind
-                    if kind == "ray_data_actors" or proc.pid not in self.kind_by_pid:
+                    # a worker starts as "python", an actor as ray::IDLE: keep the most specific kind seen
+                    kind = _process_kind(name)
+                    if KIND_RANK[kind] > KIND_RANK[self.kind_by_pid.get(proc.pid, "other")]:
                         self.kind_by_pid[proc.pid] = kind
                     if name.startswith("ray::"):
                         rss = proc.memory_info().rss / 2**20
