@@ -1,9 +1,9 @@
 """The tools and environments a rollout worker may offer, and one tool manager per trajectory.
 
-A ``ToolCatalog`` is built by the driver once the services are up: named **toolsets** (lists of
-``Tool`` objects, usually ``RemoteTool`` clients of a Serve tool server, which pickle as their URL and
-schema) and named **environments** (an ``EnvEndpoint`` per OpenEnv-protocol server). It ships to the
-workers inside ``RolloutSpec``.
+A ``ToolCatalog`` holds named **toolsets** (a ``ToolServerEndpoint``, whose ``RemoteTool`` clients each
+worker lists from the server on first use, or a plain list of picklable ``Tool`` objects) and named
+**environments** (an ``EnvEndpoint`` per OpenEnv-protocol server). It is only addresses, so the driver
+can ship it to the workers inside ``RolloutSpec`` while the services are still starting.
 
 A trajectory chooses with two optional keys: ``toolsets`` (names; default: every toolset) and
 ``envs`` (names; default: none). For each environment it names, the worker opens **one OpenEnv
@@ -15,6 +15,7 @@ the environment tools first, then the toolsets', in catalog order.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,11 +37,41 @@ class EnvOpenError(RuntimeError):
     """An environment session could not be opened or reset for a trajectory."""
 
 
+_listed: dict[tuple[Any, ...], list[Any]] = {}
+_listed_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ToolServerEndpoint:
+    """A tool server (``deployments/tool_server.py``); ``tools()`` lists it once per process.
+
+    ``timeout_s`` bounds each HTTP attempt of a call, ``retries`` counts extra attempts on connection
+    errors and 5xx answers (``twinkle_agentic.tools.remote.HttpPolicy``).
+    """
+
+    name: str
+    url: str
+    token: str | None = None
+    timeout_s: float = 60.0
+    retries: int = 3
+
+    def tools(self) -> list[Any]:
+        """The server's tools as ``RemoteTool`` clients; raises ``ToolServerError`` if it cannot list them."""
+        from twinkle_agentic.tools.remote import RemoteTool
+
+        key = (self.url, self.token, self.timeout_s, self.retries)
+        with _listed_lock:
+            if key not in _listed:
+                _listed[key] = RemoteTool.from_server(self.url, token=self.token, timeout_s=self.timeout_s, retries=self.retries)
+            return _listed[key]
+
+
 @dataclass(frozen=True)
 class EnvEndpoint:
     """An OpenEnv-protocol server (``deployments/env_server.py`` or any openenv server).
 
-    ``tools`` are the schemas the environment serves (its ``/metadata``); ``client_options`` go to
+    ``tools`` are the schemas the environment serves (None: read from its ``/metadata`` once per
+    process, see ``tool_schemas``); ``client_options`` go to
     ``OpenEnv(env_kwargs=...)`` (``message_timeout_s``, ``connect_timeout_s``, ``headers``);
     ``reset_kwargs`` are sent with every reset, next to ``episode_id`` and the ``trajectory``
     context (its ``trajectory_id``, ``prompt_id`` and ``user_data``). The server passes on only the
@@ -49,7 +80,7 @@ class EnvEndpoint:
 
     name: str
     url: str
-    tools: tuple[ToolInfo, ...]
+    tools: tuple[ToolInfo, ...] | None = None
     client_options: Mapping[str, Any] = field(default_factory=dict)
     reset_kwargs: Mapping[str, Any] = field(default_factory=dict)
     retry_attempts: int = 8
@@ -65,7 +96,7 @@ class EnvEndpoint:
         env = OpenEnv(
             self.url,
             env_kwargs=dict(self.client_options),
-            tool_schema=list(self.tools),
+            tool_schema=self.tool_schemas(),
             reset_kwargs=reset,
             retry_attempts=self.retry_attempts,
         )
@@ -75,6 +106,27 @@ class EnvEndpoint:
             env.close()
             raise EnvOpenError(f"environment {self.name!r} at {self.url}: reset failed ({error}): {result.observation}")
         return env
+
+    def tool_schemas(self) -> list[ToolInfo]:
+        """``tools``, else the server's ``/metadata`` tools (read once per process; raises ``EnvOpenError``)."""
+        if self.tools is not None:
+            return list(self.tools)
+        key = ("env", self.url, repr(sorted(dict(self.client_options.get("headers") or {}).items())))
+        with _listed_lock:
+            if key not in _listed:
+                _listed[key] = _env_metadata_tools(self.url, dict(self.client_options.get("headers") or {}))
+            return list(_listed[key])
+
+
+def _env_metadata_tools(url: str, headers: dict[str, str]) -> list[ToolInfo]:
+    import httpx
+
+    try:
+        response = httpx.get(f"{url}/metadata", headers=headers, timeout=30, trust_env=False)
+        response.raise_for_status()
+        return list(response.json().get("tools") or [])
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        raise EnvOpenError(f"cannot read the tools of {url} from /metadata: {exc}") from exc
 
 
 class TimedToolManager(ToolManager):
@@ -99,8 +151,12 @@ class TimedToolManager(ToolManager):
 class ToolCatalog:
     """Named toolsets and environments; ``manager_for`` builds a trajectory's tool manager."""
 
-    toolsets: dict[str, list[Any]] = field(default_factory=dict)
+    toolsets: dict[str, ToolServerEndpoint | list[Any]] = field(default_factory=dict)
     envs: dict[str, EnvEndpoint] = field(default_factory=dict)
+
+    def tools_of(self, toolset: str) -> list[Any]:
+        entry = self.toolsets[toolset]
+        return entry.tools() if isinstance(entry, ToolServerEndpoint) else list(entry)
 
     def selection(self, trajectory: Trajectory) -> tuple[list[str], list[str]]:
         """``(toolset names, env names)`` a trajectory asks for; ``SelectionError`` names unknown ones."""
@@ -126,7 +182,7 @@ class ToolCatalog:
                 for tool in EnvTool.from_env(env):
                     manager.register(tool)
             for name in toolsets:
-                for tool in self.toolsets[name]:
+                for tool in self.tools_of(name):
                     manager.register(tool)
         except BaseException:
             manager.close()

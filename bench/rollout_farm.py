@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     model = f"{cfg.model_path()} ({model_identity(cfg.model_path())})"
     print(f"# {info.summary()}; model {model}", flush=True)
     services = deploy(cfg, embedded=True)
+    services.wait_ready()
     farms, startup = {}, {}
     for engines in (1, 2):
         options = cfg.farm_options()

@@ -13,7 +13,10 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from actors.catalog import ENVS_KEY, TOOLSETS_KEY
@@ -71,7 +74,9 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
             services = deploy(cfg, info.embedded)
             farm = RolloutFarm(cfg.engine_config(), cfg.rollout_spec(services.catalog), cfg.farm_options())
             t0 = time.perf_counter()
+            services_ready = in_background(services.wait_ready)  # the services come up while engines start
             farm.start()
+            services_ready.result()
             startup_s = time.perf_counter() - t0
             rollout_s = _roll(cfg, farm, todo, journal, tally)
         journal.close()
@@ -103,6 +108,20 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
             farm.shutdown()
         if services is not None and not cfg.keep_services and not info.embedded:
             services.teardown()
+
+
+def in_background(fn: Callable[[], Any]) -> Future:
+    """Run ``fn`` on a daemon thread (a failing start must not wait for it at exit); its Future."""
+    future: Future = Future()
+
+    def target() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name="rollout-background", daemon=True).start()
+    return future
 
 
 def _roll(cfg: RolloutJobConfig, farm: Any, todo: list[dict[str, Any]], journal: Journal, tally: RolloutTally) -> float:

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.catalog import EnvEndpoint, ToolCatalog
+from actors.catalog import EnvEndpoint, EnvOpenError, ToolCatalog, ToolServerEndpoint
+from twinkle_agentic.tools.remote import ToolServerError
 
 from .config import ConfigError, EnvServerSpec, RolloutJobConfig, ToolServerSpec
 
@@ -40,10 +41,30 @@ class Services:
     """What the job deployed, and the catalog the workers receive."""
 
     catalog: ToolCatalog
+    timeout_s: float = 180.0
     base_url: str | None = None
     deployed: list[str] = field(default_factory=list)
     started_serve: bool = False
     urls: dict[str, str] = field(default_factory=dict)
+
+    def wait_ready(self) -> None:
+        """Wait until every application runs and every server answers and lists its tools."""
+        deadline = time.monotonic() + self.timeout_s
+        if self.deployed:
+            _wait_running(self.deployed, self.timeout_s)
+        for name, endpoint in [*self.catalog.toolsets.items(), *self.catalog.envs.items()]:
+            _wait_healthy(name, endpoint.url, deadline)
+        for name, endpoint in self.catalog.toolsets.items():
+            try:
+                if not endpoint.tools():
+                    raise ServiceError(f"tool server '{name}' at {endpoint.url} serves no tools")
+            except ToolServerError as exc:
+                raise ServiceError(f"tool server '{name}': {exc}") from exc
+        for name, endpoint in self.catalog.envs.items():
+            try:
+                endpoint.tool_schemas()
+            except EnvOpenError as exc:
+                raise ServiceError(f"env server '{name}': {exc}") from exc
 
     def teardown(self) -> None:
         """Delete the applications this job deployed (and Serve, if this job started it)."""
@@ -139,9 +160,13 @@ def build_apps(cfg: RolloutJobConfig) -> list[tuple[str, str, Any]]:
 
 
 def deploy(cfg: RolloutJobConfig, embedded: bool) -> Services:
-    """Deploy what the config asks for, wait until it answers, and build the workers' catalog."""
+    """Start Serve and submit the applications the config asks for; returns at once with the catalog.
+
+    The catalog holds only addresses, so the engines can start while the applications come up; call
+    ``Services.wait_ready`` before rolling out.
+    """
     apps = build_apps(cfg)
-    services = Services(ToolCatalog())
+    services = Services(ToolCatalog(), timeout_s=cfg.deploy_timeout_s)
     if apps:
         from ray import serve
 
@@ -152,16 +177,12 @@ def deploy(cfg: RolloutJobConfig, embedded: bool) -> Services:
                 wait_for_applications_running=False,
             )
         services.deployed = [name for name, _, _ in apps]
-        _wait_running(services.deployed, cfg.deploy_timeout_s)
         services.urls = {name: services.base_url + route for name, route, _ in apps}
-    deadline = time.monotonic() + cfg.deploy_timeout_s
     for spec in cfg.tools:
         url = (spec.url or services.urls[spec.name]).rstrip("/")
-        _wait_healthy(spec.name, url, deadline)
-        services.catalog.toolsets[spec.name] = _remote_tools(spec, url)
+        services.catalog.toolsets[spec.name] = ToolServerEndpoint(spec.name, url, _token(spec), spec.timeout_s, spec.retries)
     for spec in cfg.envs:
         url = (spec.url or services.urls[spec.name]).rstrip("/")
-        _wait_healthy(spec.name, url, deadline)
         services.catalog.envs[spec.name] = _env_endpoint(spec, url)
     return services
 
@@ -216,33 +237,11 @@ def _wait_healthy(name: str, url: str, deadline: float) -> None:
     raise ServiceError(f"'{name}' at {url} is not healthy ({problem})")
 
 
-def _remote_tools(spec: ToolServerSpec, url: str) -> list[Any]:
-    from twinkle_agentic.tools.remote import RemoteTool, ToolServerError
-
-    try:
-        tools = RemoteTool.from_server(url, token=_token(spec), timeout_s=spec.timeout_s, retries=spec.retries)
-    except ToolServerError as exc:
-        raise ServiceError(f"tool server '{spec.name}': {exc}") from exc
-    if not tools:
-        raise ServiceError(f"tool server '{spec.name}' at {url} serves no tools")
-    return tools
-
-
 def _env_endpoint(spec: EnvServerSpec, url: str) -> EnvEndpoint:
-    import httpx
-
     token = _token(spec)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        response = httpx.get(f"{url}/metadata", headers=headers, timeout=30, trust_env=False)
-        response.raise_for_status()
-        tools = response.json().get("tools") or []
-    except (httpx.HTTPError, ValueError, AttributeError) as exc:
-        raise ServiceError(f"env server '{spec.name}' at {url}: cannot read /metadata: {exc}") from exc
     client = dict(spec.client)
     if token:
-        client["headers"] = {**dict(client.get("headers") or {}), **headers}
+        client["headers"] = {**dict(client.get("headers") or {}), "Authorization": f"Bearer {token}"}
     return EnvEndpoint(
-        spec.name, url, tuple(tools), client_options=client, reset_kwargs=dict(spec.reset_kwargs),
-        retry_attempts=spec.retry_attempts,
-    )  # fmt: skip
+        spec.name, url, client_options=client, reset_kwargs=dict(spec.reset_kwargs), retry_attempts=spec.retry_attempts
+    )

@@ -31,6 +31,7 @@ def services(ray_local, tmp_path_factory):
     cfg = config_from_mapping(job_settings(tmp_path_factory.mktemp("farm"), free_port(), tool_replicas=2))
     deployed = deploy(cfg, embedded=False)
     try:
+        deployed.wait_ready()
         yield deployed
     finally:
         serve.shutdown()
