@@ -29,9 +29,8 @@ def services(ray_local, tmp_path_factory):
     from jobs.rollout.services import deploy
 
     cfg = config_from_mapping(job_settings(tmp_path_factory.mktemp("farm"), free_port(), tool_replicas=2))
-    deployed = deploy(cfg, embedded=False)
+    deployed = deploy(cfg, embedded=False)  # the farm fixture waits for it while its engine starts
     try:
-        deployed.wait_ready()
         yield deployed
     finally:
         serve.shutdown()
@@ -40,13 +39,16 @@ def services(ray_local, tmp_path_factory):
 @pytest.fixture(scope="module")
 def farm(services, tiny_model_path):
     from actors import EngineConfig, FarmOptions, RolloutFarm, RolloutSpec
+    from jobs.rollout.job import in_background
 
     farm = RolloutFarm(
         EngineConfig(tiny_model_path, max_model_len=512, kv_cache_space_gb=1),
         RolloutSpec(sampling={"temperature": 0.0, "max_tokens": 48}, max_turns=4, catalog=services.catalog),
         FarmOptions(workers=1, batch_size=4, inflight_per_worker=2, ready_timeout_s=600),
     )
+    services_ready = in_background(services.wait_ready)
     (info,) = farm.start()
+    services_ready.result()
     assert info["device"] == "cpu" and info["max_model_len"] == 512 and info["mode"] == "sync"
     try:
         yield farm
@@ -112,7 +114,7 @@ def replica_names(app: str) -> list[str]:
 def test_a_tool_replica_killed_under_load_fails_over_and_nothing_hangs(farm, services, demo_trajectories):
     import ray
 
-    (calculator,) = [t for t in services.catalog.toolsets["demo_tools"] if t.name == "calculator"]
+    (calculator,) = [t for t in services.catalog.tools_of("demo_tools") if t.name == "calculator"]
     calls: list[tuple[float, str]] = []
     stop = threading.Event()
 
