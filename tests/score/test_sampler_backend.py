@@ -102,6 +102,8 @@ def test_actor_handle_sampler(ray_local):
     ray_local.kill(actor)
 
 
-def test_requires_a_sampler():
+def test_requires_a_sampler_and_its_template():
     with pytest.raises(TypeError, match="sample"):
         SamplerBackend(object(), ByteTemplate())
+    with pytest.raises(ValueError, match="template"):
+        SamplerBackend(ScriptedSampler(), None)

@@ -215,7 +215,7 @@ def test_config_backend_builds_template_lazily(tiny_model_path, tiny_template):
     )
     assert b._sampler is None  # tokenising needs no engine
     clone = pickle.loads(pickle.dumps(b))
-    assert clone._template is None and clone._config == {
+    assert clone.encode_chat(messages) == b.encode_chat(messages) and clone._config == {
         "model": tiny_model_path,
         "sampling_overrides": {"detokenize": False},
         "max_model_len": 1024,

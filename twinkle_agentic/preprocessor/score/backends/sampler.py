@@ -62,6 +62,8 @@ class SamplerBackend(ScoreBackend):
             raise TypeError(
                 f"SamplerBackend needs an object with sample(features, params), got {type(sampler).__name__}"
             )
+        if sampler is not None and template is None:
+            raise ValueError("SamplerBackend(sampler, template) needs the template of the sampler's model")
         self._sampler = sampler
         self._template = template
         self._config: dict[str, Any] | None = None
@@ -93,8 +95,6 @@ class SamplerBackend(ScoreBackend):
         state = dict(self.__dict__)
         if self._config is not None:  # rebuilt where it is used; engines do not pickle
             state["_sampler"] = None
-            if not isinstance(state["_template"], (dict, str)):
-                state["_template"] = None
         return state
 
     @property
