@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .auth import auth_headers, ray_environment
 
-START_TIMEOUT_S = 90.0
+START_TIMEOUT_S = 180.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -45,6 +45,7 @@ class LocalHead:
     host: str = "127.0.0.1"
     gcs_port: int = field(default_factory=free_port)
     dashboard_port: int = field(default_factory=free_port)
+    agent_port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -75,7 +76,7 @@ class LocalHead:
             f"--dashboard-host={self.host}",
             f"--dashboard-port={self.dashboard_port}",
             f"--ray-client-server-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-listen-port={self.agent_port}",
             f"--dashboard-agent-grpc-port={free_port()}",
             f"--runtime-env-agent-port={free_port()}",
             f"--metrics-export-port={free_port()}",
@@ -112,17 +113,16 @@ class LocalHead:
         return self
 
     def _wait_ready(self, timeout_s: float) -> None:
+        """Wait for the Jobs API and for the node's dashboard agent, which runs submitted jobs: the
+        dashboard answers before the agent is up, and a submission in between fails with "No
+        available agent to submit job"."""
         deadline = time.monotonic() + timeout_s
         request = urllib.request.Request(f"{self.dashboard_url}/api/version", headers=auth_headers(self.env))
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise HeadStartError(f"ray start exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(request, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
+            if _http_ok(request) and _port_open(self.host, self.agent_port):
+                return
             time.sleep(0.5)
         raise HeadStartError(f"head not ready after {timeout_s:.0f}s:\n{self.log_tail()}")
 
@@ -149,6 +149,22 @@ class LocalHead:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _http_ok(request: urllib.request.Request) -> bool:
+    try:
+        with urllib.request.urlopen(request, timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def _signal_group(pgid: int, sig: int) -> None:
