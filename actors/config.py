@@ -152,7 +152,9 @@ class RolloutSpec:
     holds ``Template`` keyword arguments (``tool_call_parser``, ``chat_template``, ``max_length``;
     ``max_length`` defaults to the engine's context length). ``catalog`` (an
     ``actors.catalog.ToolCatalog``) says which tool servers and environments trajectories may use.
-    ``tool_concurrency`` bounds the tool calls a worker runs at once.
+    ``tool_concurrency`` bounds the tool calls a worker runs at once. ``mode_options`` are options of
+    the engine's rollout mode, checked by the mode (``async``: ``tool_limits``, ``default_tool_limit``,
+    ``parallel_tool_calls``, ``failure_policy``; ``sync`` takes none).
     """
 
     sampling: dict[str, Any] = field(default_factory=dict)
@@ -162,6 +164,7 @@ class RolloutSpec:
     verify_tokens: bool = True
     template: dict[str, Any] = field(default_factory=dict)
     catalog: Any = None
+    mode_options: dict[str, Any] = field(default_factory=dict)
 
     def sampling_params(self) -> SamplingParams:
         try:
@@ -187,4 +190,6 @@ class RolloutSpec:
         check_positive("tool_concurrency", self.tool_concurrency, integer=True)
         if not isinstance(self.template, dict):
             raise FarmConfigError(f"template must be a mapping of Template options, got {type(self.template).__name__}")
+        if not isinstance(self.mode_options, dict):
+            raise FarmConfigError(f"mode_options must be a mapping, got {type(self.mode_options).__name__}")
         return self

@@ -3,9 +3,10 @@
 A mode owns the engine and the rollout implementation. The worker picks it from ``EngineConfig.mode``:
 a registered name (``MODES`` maps names to lazy ``"module:Class"`` strings) or a ``"module:Class"``
 path itself. A path works everywhere; a name added with ``register_mode`` at run time is known only in
-the process that registered it, so built-in modes belong in ``MODES``. A new mode (e.g. per-trajectory
-scheduling on vLLM's async engine) plugs in without changes to the worker, the driver or the job.
-A mode class implements:
+the process that registered it, so built-in modes belong in ``MODES``: ``sync`` (``MultiTurnRollout``,
+one batched ``sample`` per turn) and ``async`` (``AsyncMultiTurnRollout``, every trajectory on its own
+over vLLM's async engine; ``actors/async_mode.py``). A new mode plugs in without changes to the worker,
+the driver or the job. A mode class implements:
 
     __init__(engine: EngineConfig, spec: RolloutSpec, recorder: ActivityRecorder)   # starts the engine
     concurrent_batches: bool           # may two generate() calls share the engine at once?
@@ -13,6 +14,7 @@ A mode class implements:
     rollout(trajectories, managers) -> list[Trajectory]   # one manager per trajectory, same order
     healthy() -> bool                  # False once the engine is unusable (the driver restarts the worker)
     shutdown() -> None
+    check_options(options: dict) -> dict   # optional staticmethod: validates RolloutSpec.mode_options
 
 Timing contract: every generation request runs inside ``recorder.span("engine")``; tool calls are
 timed by the managers they are given.
@@ -26,7 +28,7 @@ from typing import Any
 
 from twinkle_agentic.data_format import SamplingParams, Trajectory
 
-MODES: dict[str, str] = {"sync": "actors.modes:SyncRollout"}
+MODES: dict[str, str] = {"sync": "actors.modes:SyncRollout", "async": "actors.async_mode:AsyncRollout"}
 
 
 def register_mode(name: str, import_path: str) -> None:
@@ -50,6 +52,26 @@ def mode_class(mode: str) -> type:
         raise ValueError(f"unknown rollout mode {mode!r}; registered: {sorted(MODES)}, or give 'module:Class'")
     module, _, attr = MODES.get(mode, mode).partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def check_mode_options(mode: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``RolloutSpec.mode_options`` checked by the mode's ``check_options`` (a mode without one takes none).
+
+    A ``"module:Class"`` mode given no options is not imported here (it may exist only on the workers)."""
+    from .config import FarmConfigError
+
+    if not options and mode not in MODES:
+        return {}
+    try:
+        cls = mode_class(mode)
+    except (ImportError, AttributeError) as exc:
+        raise FarmConfigError(f"mode {mode!r} cannot be imported here to check its mode_options: {exc}") from exc
+    check = getattr(cls, "check_options", None)
+    if check is None:
+        if options:
+            raise FarmConfigError(f"mode {mode!r} takes no mode_options, got {sorted(options)}")
+        return {}
+    return check(options)
 
 
 class TimedSampler:

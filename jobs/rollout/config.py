@@ -84,7 +84,14 @@ class RolloutJobConfig:
     )
     limit: int | None = field(default=None, metadata=_opt("roll out only the first N prompts"))
     samples_per_prompt: int = field(default=1, metadata=_opt("trajectories per prompt (e.g. a GRPO group)"))
-    mode: str = field(default="sync", metadata=_opt("rollout mode of the workers: sync, another registered mode, or module:Class"))
+    mode: str = field(
+        default="sync",
+        metadata=_opt("rollout mode of the workers: sync (turn-synchronous), async (per trajectory), or module:Class"),
+    )
+    mode_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_yaml_only("options of the mode (async: tool_limits, default_tool_limit, parallel_tool_calls, failure_policy)"),
+    )
     engines: int = field(default=1, metadata=_opt("number of engines (rollout workers, one vLLM engine each)"))
     engine: dict[str, Any] = field(
         default_factory=dict, metadata=_yaml_only(f"per-engine settings and resources: {', '.join(ENGINE_KEYS)}")
@@ -140,6 +147,7 @@ class RolloutJobConfig:
             verify_tokens=self.verify_tokens,
             template=dict(self.template),
             catalog=catalog,
+            mode_options=dict(self.mode_options),
         )
 
     def farm_options(self) -> FarmOptions:
@@ -165,6 +173,7 @@ class RolloutJobConfig:
             "template": dict(self.template),
             "tools": sorted(s.name for s in self.tools),
             "envs": sorted(s.name for s in self.envs),
+            **({"mode_options": dict(self.mode_options)} if self.mode_options else {}),
         }
 
     # -- checks ----------------------------------------------------------------------------------------
@@ -187,8 +196,11 @@ class RolloutJobConfig:
         if unknown:
             raise ConfigError(f"engine: unknown key(s) {unknown}; known: {list(ENGINE_KEYS)}")
         try:
+            from actors.modes import check_mode_options
+
             self.engine_config().validate()
             self.rollout_spec().validate()
+            check_mode_options(self.mode, self.mode_options)
             self.farm_options().validate()
         except FileNotFoundError as exc:
             raise ConfigError(str(exc)) from exc
@@ -322,7 +334,7 @@ def config_from_mapping(data: dict[str, Any], where: str = "config") -> RolloutJ
     values = dict(data)
     values["tools"] = _specs("tools", data.get("tools"), ToolServerSpec, TOOL_KEYS)
     values["envs"] = _specs("envs", data.get("envs"), EnvServerSpec, ENV_KEYS)
-    for name in ("engine", "sampling", "template"):
+    for name in ("engine", "sampling", "template", "mode_options"):
         if name in values and not isinstance(values[name], dict):
             raise ConfigError(f"{where}: {name} must be a mapping, got {type(values[name]).__name__}")
     try:

@@ -9,6 +9,10 @@ Definitions (measured inside the workers, see ``actors/activity.py``):
   included; environment resets are calls named ``<env>.reset``);
 - ``engine_idle_waiting_for_tools``: over the time workers spent inside batches, the share in which a
   tool call was outstanding and no generation request was in flight;
+- ``engine_idle_share``: the share of the engines' wall time (engines x rollout wall time) with zero
+  generation requests in flight, whatever the reason (tools, bookkeeping, no batch); the same measure
+  in every mode (``sync``: between batched turns; ``async``: when no trajectory is generating);
+- ``trajectory_retries``: extra attempts a failure policy made (``async`` mode's ``rollout_attempts``);
 - ``worker_utilisation``: time inside batches over workers x rollout wall time.
 """
 
@@ -40,12 +44,14 @@ class RolloutTally:
     total_tokens: int = 0
     stop_reasons: Counter = field(default_factory=Counter)
     activity: Activity = field(default_factory=Activity)
+    retries: int = 0
 
     def add(self, trajectories: list[dict[str, Any]], activity: Activity, generated_tokens: int) -> None:
         self.trajectories += len(trajectories)
         self.generated_tokens += generated_tokens
         self.total_tokens += sum(len(t.get("input_ids") or []) for t in trajectories)
         self.stop_reasons.update(t.get("stop_reason") for t in trajectories)
+        self.retries += sum(max(0, int(t.get("rollout_attempts") or 1) - 1) for t in trajectories)
         self.activity = self.activity + activity
 
 
@@ -108,7 +114,9 @@ class RolloutSummary:
             f"  engine time    busy {_pct(f['engine_busy_share'])}, idle waiting for tools "
             f"{_pct(f['engine_idle_waiting_for_tools'])}, other {_pct(f['other_share'])} (of time inside batches); "
             f"worker utilisation {_pct(f['worker_utilisation'])}",
-            f"  restarts       {self.restarts} worker restart(s), {self.given_up} trajectories given up",
+            f"  engine idle    {_pct(f['engine_idle_share'])} of engine wall time with no request in flight",
+            f"  restarts       {self.restarts} worker restart(s), {self.given_up} trajectories given up, "
+            f"{f['trajectory_retries']} trajectory retries",
             f"  output         {self.total_in_output} trajectories ({reasons or 'none'})",
         ]
         lines += [f"    {label:<12} {path}" for label, path in self.files.items()]
@@ -149,6 +157,8 @@ def rollout_figures(tally: RolloutTally, rollout_s: float, engines: int) -> dict
         },
         "engine_busy_share": _share(activity.engine_busy_s, active),
         "engine_idle_waiting_for_tools": _share(activity.tool_wait_s, active),
+        "engine_idle_share": _share(max(0.0, engines * rollout_s - activity.engine_busy_s), engines * rollout_s),
+        "trajectory_retries": tally.retries,
         "other_share": _share(activity.other_s, active),
         "worker_utilisation": _share(active, engines * rollout_s),
         "stop_reasons": dict(tally.stop_reasons),

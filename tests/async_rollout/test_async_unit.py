@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from async_fakes import AsyncScriptedSampler
+from async_fakes import AsyncScriptedSampler, wait_for_the_others
 from checks import assert_trajectory_tokens
 from scripted import ScriptedSampler, call_text
 
@@ -22,7 +22,9 @@ from twinkle_agentic.rollout.tool_scheduler import ToolLimitError, ToolLimits
 from twinkle_agentic.tools.base import Tool
 from twinkle_agentic.tools.tool_manager import ToolManager
 
-WEATHER = {city: call_text("get_weather", f'{{"city": "{city}"}}') for city in ("Paris", "Oslo", "Lima", "Rome")}
+WEATHER = {
+    city: call_text("get_weather", f'{{"city": "{city}"}}') for city in ("Paris", "Oslo", "Lima", "Rome")
+}
 SCRIPT = {
     **{city: [WEATHER[city], f"Here is the weather in {city}."] for city in WEATHER},
     "2 + 3": [call_text("calculator", '{"expression": "2 + 3"}'), "The answer is 5."],
@@ -32,7 +34,16 @@ SCRIPT = {
     "Hang": [call_text("hang", "{}"), "The tool did not answer."],
     "Boom": [call_text("boom", "{}"), "The tool failed."],
 }
-FINISHED_KEYS = ("input_ids", "labels", "logprobs", "messages", "stop_reason", "truncated", "turns", "token_drift")
+FINISHED_KEYS = (
+    "input_ids",
+    "labels",
+    "logprobs",
+    "messages",
+    "stop_reason",
+    "truncated",
+    "turns",
+    "token_drift",
+)
 
 
 def traj(text: str, **extra):
@@ -40,7 +51,9 @@ def traj(text: str, **extra):
 
 
 def async_rollout(template, manager, *, delays=None, fail=None, error=RuntimeError, sampler_kw=None, **kw):
-    sampler = AsyncScriptedSampler(ScriptedSampler(template, SCRIPT, **(sampler_kw or {})), dict(delays or {}), dict(fail or {}), error)
+    sampler = AsyncScriptedSampler(
+        ScriptedSampler(template, SCRIPT, **(sampler_kw or {})), dict(delays or {}), dict(fail or {}), error
+    )
     return AsyncMultiTurnRollout(sampler, template, tool_manager=manager, **kw), sampler
 
 
@@ -54,7 +67,10 @@ class NamedTool(Tool):
         return self.fn(arguments)
 
     def tool_info(self):
-        return {"type": "function", "function": {"name": self.name, "description": "test", "parameters": {"type": "object"}}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": "test", "parameters": {"type": "object"}},
+        }
 
 
 @pytest.fixture
@@ -82,8 +98,12 @@ def manager():
 def test_outputs_equal_the_turn_synchronous_rollout(tiny_template, manager, settings):
     settings = dict(settings)
     sampler_kw = settings.pop("sampler_kw", {})
-    inputs = [traj(t) for t in ("Weather in Paris?", "What is 2 + 3?", "Hello", "Both please", "Loop forever")]
-    sync = MultiTurnRollout(ScriptedSampler(tiny_template, SCRIPT, **sampler_kw), tiny_template, tool_manager=manager, **settings)
+    inputs = [
+        traj(t) for t in ("Weather in Paris?", "What is 2 + 3?", "Hello", "Both please", "Loop forever")
+    ]
+    sync = MultiTurnRollout(
+        ScriptedSampler(tiny_template, SCRIPT, **sampler_kw), tiny_template, tool_manager=manager, **settings
+    )
     ro, _ = async_rollout(tiny_template, manager, sampler_kw=sampler_kw, **settings)
     expected, got = sync(inputs), ro(inputs)
     assert got == expected  # every key, every token, every logprob
@@ -94,24 +114,18 @@ def test_outputs_equal_the_turn_synchronous_rollout(tiny_template, manager, sett
 
 
 def test_trajectories_advance_without_a_turn_barrier(tiny_template):
-    """A slow tool call of one trajectory holds back none of the others (recorded timestamps)."""
-    release = threading.Event()
-
-    def weather(arguments):
-        if arguments["city"] == "Paris":
-            release.wait(5)
-        return f"{arguments['city']}: fine"
-
-    manager = ToolManager([NamedTool("get_weather", weather)])
-    ro, _ = async_rollout(tiny_template, manager, delays={"Lima": 0.01, "Rome": 0.02})
-    inputs = [traj("Weather in Paris?"), traj("Weather in Oslo?"), traj("Weather in Lima?"), traj("Weather in Rome?")]
-    timer = threading.Timer(0.5, release.set)
-    timer.start()
-    try:
-        results, stats = ro.run_with_stats(inputs)
-    finally:
-        timer.cancel()
-        release.set()
+    """A slow tool call of one trajectory holds back none of the others: the Paris lookup answers only
+    once the three others have ended (their managers closed), and the recorded timestamps agree."""
+    inputs = [
+        traj("Weather in Paris?"),
+        traj("Weather in Oslo?"),
+        traj("Weather in Lima?"),
+        traj("Weather in Rome?"),
+    ]
+    factory, weather = wait_for_the_others("Paris", inputs)
+    ro, _ = async_rollout(tiny_template, factory, delays={"Lima": 0.01, "Rome": 0.02})
+    results, stats = ro.run_with_stats(inputs)
+    assert weather.waits == [True]
     assert [r["stop_reason"] for r in results] == ["stop"] * 4 and [r["turns"] for r in results] == [2] * 4
     assert stats.completion_order[-1] == 0  # Paris finished last
     paris_tool_end = stats.final_timing(0).tool_turns[0][1]
@@ -134,9 +148,14 @@ def test_per_tool_concurrency_limit_and_defaults(tiny_template):
             active[0] -= 1
         return "done"
 
-    manager = ToolManager([NamedTool("get_weather", slow)] + [t for t in demo_tools() if t.tool_info()["function"]["name"] == "calculator"])
+    manager = ToolManager(
+        [NamedTool("get_weather", slow)]
+        + [t for t in demo_tools() if t.tool_info()["function"]["name"] == "calculator"]
+    )
     ro, _ = async_rollout(tiny_template, manager, tool_limits={"get_weather": {"max_concurrency": 2}})
-    inputs = [traj(f"Weather in {c}?") for c in ("Paris", "Oslo", "Lima", "Rome")] * 2 + [traj("What is 2 + 3?")]
+    inputs = [traj(f"Weather in {c}?") for c in ("Paris", "Oslo", "Lima", "Rome")] * 2 + [
+        traj("What is 2 + 3?")
+    ]
     results, stats = ro.run_with_stats(inputs)
     assert all(r["stop_reason"] == "stop" for r in results)
     assert peak[0] == 2 and stats.tools.tools["get_weather"].max_in_flight == 2
@@ -159,7 +178,9 @@ def test_hung_and_failing_tools_answer_errors_and_never_stall_the_batch(tiny_tem
         release.set()
     hang, boom, paris = results
     assert hang["messages"][2]["content"] == "Error: tool 'hang' timed out after 0.2s."
-    assert boom["messages"][2]["content"] == "Error: tool 'boom' raised ValueError: kaputt"  # ToolManager's answer
+    assert (
+        boom["messages"][2]["content"] == "Error: tool 'boom' raised ValueError: kaputt"
+    )  # ToolManager's answer
     assert paris["messages"][2]["content"] == "Paris: sunny, 24 C"
     assert [r["stop_reason"] for r in results] == ["stop"] * 3 and [r["turns"] for r in results] == [2] * 3
     assert stats.tools.tools["hang"].timeouts == 1 and stats.tools.abandoned == 1
@@ -173,7 +194,9 @@ def test_a_manager_that_raises_answers_an_error_message(tiny_template):
 
     ro, _ = async_rollout(tiny_template, Raising(demo_tools()))
     [out] = ro([traj("Weather in Paris?")])
-    assert out["messages"][2]["content"] == "Error: tool 'get_weather' raised ConnectionError: tool server gone"
+    assert (
+        out["messages"][2]["content"] == "Error: tool 'get_weather' raised ConnectionError: tool server gone"
+    )
     assert out["stop_reason"] == "stop"
 
 
@@ -199,7 +222,9 @@ def test_parallel_tool_calls_keep_call_order(tiny_template):
         time.sleep(0.2 if arguments["city"] == "Paris" else 0.0)
         return arguments["city"]
 
-    ro, _ = async_rollout(tiny_template, ToolManager([NamedTool("get_weather", weather)]), parallel_tool_calls=True)
+    ro, _ = async_rollout(
+        tiny_template, ToolManager([NamedTool("get_weather", weather)]), parallel_tool_calls=True
+    )
     results, stats = ro.run_with_stats([traj("Both please")])
     assert [m["content"] for m in results[0]["messages"] if m["role"] == "tool"] == ["Paris", "Oslo"]
     assert stats.tools.tools["get_weather"].max_in_flight == 2
@@ -212,7 +237,10 @@ def test_failures_are_kept_by_default_like_the_sync_rollout(tiny_template, manag
     ro, _ = async_rollout(tiny_template, manager, fail={"Paris": 1})
     results, stats = ro.run_with_stats([traj("Weather in Paris?"), traj("Hello")])
     assert [r["stop_reason"] for r in results] == ["error", "stop"]
-    assert results[0]["error"] == "RuntimeError: injected sampler failure for 'Paris'" and results[0]["turns"] == 0
+    assert (
+        results[0]["error"] == "RuntimeError: injected sampler failure for 'Paris'"
+        and results[0]["turns"] == 0
+    )
     assert stats.failures.failed == [0] and stats.attempts == [1, 1]
 
 
@@ -222,7 +250,9 @@ def test_retry_reruns_a_failed_trajectory_from_its_input(tiny_template, manager)
     inputs = [traj("Weather in Paris?"), traj("Hello")]
     results, stats = ro.run_with_stats(inputs)
     assert results == reference(inputs)
-    assert stats.attempts == [3, 1] and stats.failures.counts()["retries"] == 2 and stats.failures.recovered == 1
+    assert (
+        stats.attempts == [3, 1] and stats.failures.counts()["retries"] == 2 and stats.failures.recovered == 1
+    )
     assert [t.attempt for t in stats.timings if t.index == 0] == [1, 2, 3]
 
 
@@ -242,7 +272,9 @@ def test_retry_opens_a_fresh_tool_manager_per_attempt(tiny_template):
 
 
 def test_drop_leaves_failures_out_and_reports_them(tiny_template, manager):
-    ro, _ = async_rollout(tiny_template, manager, fail={"Oslo": 9}, failure_policy={"max_retries": 1, "on_failure": "drop"})
+    ro, _ = async_rollout(
+        tiny_template, manager, fail={"Oslo": 9}, failure_policy={"max_retries": 1, "on_failure": "drop"}
+    )
     results, stats = ro.run_with_stats([traj("Weather in Paris?"), traj("Weather in Oslo?"), traj("Hello")])
     assert [r["messages"][0]["content"] for r in results] == ["Weather in Paris?", "Hello"]
     [(index, dropped)] = stats.failures.dropped
@@ -251,8 +283,16 @@ def test_drop_leaves_failures_out_and_reports_them(tiny_template, manager):
 
 def test_replace_returns_the_first_n_successes_in_input_order(tiny_template, manager):
     policy = FailurePolicy(on_failure="replace", oversample=2)
-    ro, _ = async_rollout(tiny_template, manager, fail={"Oslo": 9}, delays={"Lima": 30}, failure_policy=policy)
-    inputs = [traj("Weather in Paris?"), traj("Weather in Oslo?"), traj("Hello"), traj("What is 2 + 3?"), traj("Weather in Lima?")]
+    ro, _ = async_rollout(
+        tiny_template, manager, fail={"Oslo": 9}, delays={"Lima": 30}, failure_policy=policy
+    )
+    inputs = [
+        traj("Weather in Paris?"),
+        traj("Weather in Oslo?"),
+        traj("Hello"),
+        traj("What is 2 + 3?"),
+        traj("Weather in Lima?"),
+    ]
     results, stats = ro.run_with_stats(inputs)
     assert [r["messages"][0]["content"] for r in results] == ["Weather in Paris?", "Hello", "What is 2 + 3?"]
     assert stats.failures.failed == [1] and stats.failures.spares_used == 1
@@ -269,7 +309,12 @@ def test_replace_cancels_spares_once_they_cannot_be_chosen(tiny_template, manage
 
 
 def test_replace_tops_up_with_the_earliest_failures_when_too_few_succeed(tiny_template, manager):
-    ro, _ = async_rollout(tiny_template, manager, fail={"Paris": 9, "Oslo": 9}, failure_policy={"on_failure": "replace", "oversample": 1})
+    ro, _ = async_rollout(
+        tiny_template,
+        manager,
+        fail={"Paris": 9, "Oslo": 9},
+        failure_policy={"on_failure": "replace", "oversample": 1},
+    )
     results, stats = ro.run_with_stats([traj("Weather in Paris?"), traj("Weather in Oslo?"), traj("Hello")])
     assert [r["stop_reason"] for r in results] == ["error", "stop"] and stats.failures.shortfall == 1
 
@@ -356,7 +401,9 @@ class EngineDeadError(RuntimeError):
 
 
 def test_a_dead_engine_aborts_the_call_and_cancels_the_rest(tiny_template, manager):
-    ro, sampler = async_rollout(tiny_template, manager, fail={"Paris": 1}, error=EngineDeadError, delays={"Paris": 0.05, "Oslo": 30})
+    ro, sampler = async_rollout(
+        tiny_template, manager, fail={"Paris": 1}, error=EngineDeadError, delays={"Paris": 0.05, "Oslo": 30}
+    )
     with pytest.raises(EngineDeadError):
         ro([traj("Weather in Paris?"), traj("Weather in Oslo?")])
     assert sampler.cancelled == ["Oslo"]
@@ -379,9 +426,18 @@ def test_concurrent_calls_share_the_tool_limits(tiny_template):
             active[0] -= 1
         return "ok"
 
-    ro, _ = async_rollout(tiny_template, ToolManager([NamedTool("get_weather", slow)]), tool_limits={"get_weather": {"max_concurrency": 1}})
+    ro, _ = async_rollout(
+        tiny_template,
+        ToolManager([NamedTool("get_weather", slow)]),
+        tool_limits={"get_weather": {"max_concurrency": 1}},
+    )
     outputs = []
-    threads = [threading.Thread(target=lambda: outputs.append(ro([traj("Weather in Paris?"), traj("Weather in Oslo?")]))) for _ in range(3)]
+    threads = [
+        threading.Thread(
+            target=lambda: outputs.append(ro([traj("Weather in Paris?"), traj("Weather in Oslo?")]))
+        )
+        for _ in range(3)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -392,8 +448,12 @@ def test_concurrent_calls_share_the_tool_limits(tiny_template):
 
 
 def test_arun_on_the_callers_loop_and_traces(tiny_template, manager, tmp_path):
-    ro, _ = async_rollout(tiny_template, manager, trace_dir=tmp_path, success_callback=lambda t: t["stop_reason"] == "stop")
-    results = asyncio.run(ro.arun([traj("Weather in Paris?", user_data=[("id", '"w1"')]), traj("Hello")], global_step=3))
+    ro, _ = async_rollout(
+        tiny_template, manager, trace_dir=tmp_path, success_callback=lambda t: t["stop_reason"] == "stop"
+    )
+    results = asyncio.run(
+        ro.arun([traj("Weather in Paris?", user_data=[("id", '"w1"')]), traj("Hello")], global_step=3)
+    )
     assert [r["stop_reason"] for r in results] == ["stop", "stop"]
     names = sorted(p.name for p in tmp_path.iterdir())
     assert len(names) == 2 and "step000003-ok-w1.json" in names  # the other has no id: epoch ms and index

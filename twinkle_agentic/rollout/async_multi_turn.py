@@ -59,7 +59,9 @@ from .traces import TraceWriter
 from .trajectory_state import TrajectoryState
 
 # Exceptions (by class name, anywhere in the MRO) that mean the engine itself is gone.
-FATAL_SAMPLER_ERRORS = frozenset({"EngineDeadError", "RayActorError", "ActorDiedError", "ActorUnavailableError"})
+FATAL_SAMPLER_ERRORS = frozenset(
+    {"EngineDeadError", "RayActorError", "ActorDiedError", "ActorUnavailableError"}
+)
 
 Generate = Callable[[list[int], SamplingParams], Coroutine[Any, Any, Any]]
 
@@ -104,7 +106,9 @@ class _BackgroundLoop:
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever, name="async-rollout-loop", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name="async-rollout-loop", daemon=True
+                )
                 self._thread.start()
             loop = self._loop
         if _running_loop() is loop:
@@ -243,7 +247,9 @@ class AsyncMultiTurnRollout(Rollout):
         global_step: int | None = None,
     ) -> tuple[list[Trajectory], AsyncRolloutStats]:
         batch = prepare_trajectories(trajectories)
-        params = check_sampling_params(sampling_params) if sampling_params is not None else self.sampling_params
+        params = (
+            check_sampling_params(sampling_params) if sampling_params is not None else self.sampling_params
+        )
         if params.logprobs is None:
             params = params.replace(logprobs=0)
         specs = resolve_tool_managers(tool_manager, self.tool_manager, len(batch))

@@ -51,7 +51,9 @@ class FailurePolicy:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise FailurePolicyError(f"failure_policy.{name} must be an integer >= 0, got {value!r}")
         if self.on_failure not in ON_FAILURE:
-            raise FailurePolicyError(f"failure_policy.on_failure must be one of {ON_FAILURE}, got {self.on_failure!r}")
+            raise FailurePolicyError(
+                f"failure_policy.on_failure must be one of {ON_FAILURE}, got {self.on_failure!r}"
+            )
         if (self.on_failure == "replace") != (self.oversample > 0):
             raise FailurePolicyError(
                 "failure_policy: on_failure='replace' needs oversample >= 1 (the spare trajectories), and "
@@ -80,7 +82,9 @@ class FailurePolicy:
                 )
             return cls(on_failure=value)
         if not isinstance(value, Mapping):
-            raise FailurePolicyError(f"failure_policy must be a FailurePolicy, a string or a mapping, got {type(value).__name__}")
+            raise FailurePolicyError(
+                f"failure_policy must be a FailurePolicy, a string or a mapping, got {type(value).__name__}"
+            )
         known = ("max_retries", "on_failure", "oversample", "failure_reasons")
         unknown = sorted(set(value) - set(known))
         if unknown:

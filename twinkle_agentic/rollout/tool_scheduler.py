@@ -53,7 +53,9 @@ class ToolLimit:
             raise ToolLimitError(f"timeout_s must be None or a number > 0, got {t!r}")
 
     @classmethod
-    def parse(cls, value: ToolLimit | Mapping[str, Any] | None, where: str, base: ToolLimit | None = None) -> ToolLimit:
+    def parse(
+        cls, value: ToolLimit | Mapping[str, Any] | None, where: str, base: ToolLimit | None = None
+    ) -> ToolLimit:
         """A ``ToolLimit`` from itself, a mapping (keys missing take ``base``'s values) or None (``base``)."""
         base = base or cls()
         if value is None:
@@ -61,10 +63,14 @@ class ToolLimit:
         if isinstance(value, ToolLimit):
             return value
         if not isinstance(value, Mapping):
-            raise ToolLimitError(f"{where} must be a mapping with max_concurrency / timeout_s, got {type(value).__name__}")
+            raise ToolLimitError(
+                f"{where} must be a mapping with max_concurrency / timeout_s, got {type(value).__name__}"
+            )
         unknown = sorted(set(value) - {"max_concurrency", "timeout_s"})
         if unknown:
-            raise ToolLimitError(f"{where}: unknown key(s) {unknown}; known: ['max_concurrency', 'timeout_s']")
+            raise ToolLimitError(
+                f"{where}: unknown key(s) {unknown}; known: ['max_concurrency', 'timeout_s']"
+            )
         merged = {"max_concurrency": base.max_concurrency, "timeout_s": base.timeout_s, **value}
         try:
             return cls(**merged)
@@ -80,14 +86,18 @@ class ToolLimits:
     default: ToolLimit = field(default_factory=ToolLimit)
 
     @classmethod
-    def parse(cls, tool_limits: Mapping[str, Any] | None, default: ToolLimit | Mapping[str, Any] | None = None) -> ToolLimits:
+    def parse(
+        cls, tool_limits: Mapping[str, Any] | None, default: ToolLimit | Mapping[str, Any] | None = None
+    ) -> ToolLimits:
         """``tool_limits={'get_weather': {'max_concurrency': 4, 'timeout_s': 5}}``; a tool's missing keys
         take the default's values."""
         base = ToolLimit.parse(default, "default_tool_limit")
         if tool_limits is None:
             return cls({}, base)
         if not isinstance(tool_limits, Mapping):
-            raise ToolLimitError(f"tool_limits must map tool names to limits, got {type(tool_limits).__name__}")
+            raise ToolLimitError(
+                f"tool_limits must map tool names to limits, got {type(tool_limits).__name__}"
+            )
         per_tool = {}
         for name, value in tool_limits.items():
             if not isinstance(name, str) or not name:
