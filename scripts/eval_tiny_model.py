@@ -10,8 +10,9 @@ per trajectory. Reported per kind and overall:
 - ``valid_tool_call``: the first turn of a tool-needing prompt parses into a call of an offered tool
   whose arguments carry every required parameter;
 - ``correct_tool_call``: that first call equals the reference call exactly;
-- ``answer_uses_result``: the trajectory ended naturally and its final answer states the facts from
-  the tool results (weather condition and temperature, the calculator's result, the found number);
+- ``answer_uses_result``: the trajectory ended naturally and its final answer states what its tool
+  results returned (weather condition and temperature, the calculator's result, the found number);
+- ``correct_answer``: the final answer states the reference facts (right call and right answer);
 - ``no_tool_for_chat``: small talk is answered without a tool call;
 - ``token_drift`` (trajectories with drift > 0) and the stop reasons.
 """
@@ -76,6 +77,27 @@ def required_ok(call: dict[str, Any], tools: list[dict[str, Any]]) -> bool:
     return isinstance(arguments, dict) and all(name in arguments for name in required)
 
 
+WEATHER_RESULT = re.compile(r"^\w+: (\w+), (-?\d+) C$")
+NUMBER_RESULT = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def result_facts(messages: list[dict[str, Any]]) -> list[str]:
+    """What the tool results of a trajectory established, as the strings an answer should state."""
+    facts: list[str] = []
+    calls = {c["id"]: c["function"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])}
+    for message in messages:
+        if message["role"] != "tool":
+            continue
+        content = str(message["content"]).strip()
+        if match := WEATHER_RESULT.match(content):
+            facts += [match.group(1), f"{match.group(2)} C"]
+        elif NUMBER_RESULT.match(content):
+            facts.append(content)
+        elif content == "Correct!":
+            facts.append(str(json.loads(calls[message["tool_call_id"]]["arguments"])["number"]))
+    return facts
+
+
 def score(episode: Any, out: dict[str, Any]) -> dict[str, bool]:
     generated = [m for m in out["messages"][1:] if m["role"] == "assistant"]
     first_calls = generated[0].get("tool_calls", []) if generated else []
@@ -83,14 +105,14 @@ def score(episode: Any, out: dict[str, Any]) -> dict[str, bool]:
         return {"no_tool_for_chat": not first_calls}
     reference = episode.messages[1]["tool_calls"][0]["function"]
     first = first_calls[0]["function"] if first_calls else {}
-    final = generated[-1].get("content", "") if generated else ""
+    final = generated[-1].get("content", "") if generated and out["stop_reason"] == "stop" else ""
+    facts = result_facts(out["messages"])
     return {
         "valid_tool_call": bool(first_calls) and required_ok(first_calls[0], episode.tools),
         "correct_tool_call": first.get("name") == reference["name"]
         and json.loads(first.get("arguments") or "null") == reference["arguments"],
-        "answer_uses_result": out["stop_reason"] == "stop"
-        and any(m["role"] == "tool" for m in out["messages"])
-        and all(mentions(final, fact) for fact in episode.facts),
+        "answer_uses_result": bool(facts) and all(mentions(final, fact) for fact in facts),
+        "correct_answer": all(mentions(final, fact) for fact in episode.facts),
     }
 
 

@@ -59,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(ROOT / "twinkle_agentic" / "assets" / "tiny_agent"))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--steps", type=int, default=3000, help="length of the learning-rate schedule")
+    p.add_argument(
+        "--stop-after", type=int, default=None, help="stop (evaluate and save) after this many steps of the schedule"
+    )
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup-steps", type=int, default=100)
@@ -322,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     model.train()
     tokens, losses, t_start = 0, [], time.time()
     log: list[dict[str, Any]] = []
-    for step in range(args.steps):
+    last = min(args.steps, args.stop_after or args.steps)
+    for step in range(last):
         batch = collate(next(stream), tokenizer.pad_token_id)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
@@ -342,12 +346,12 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             losses = []
-        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+        if (step + 1) % args.eval_every == 0 or step + 1 == last:
             summary = heldout_eval(model, encoder, args.eval_per_kind)
             log.append({"step": step + 1, "minutes": round((time.time() - t_start) / 60, 1), **summary})
             print("eval " + json.dumps(log[-1]), flush=True)
             save(model, tokenizer, out)
-    print(f"done: {args.steps} steps in {(time.time() - t_start) / 60:.1f} min; saved to {out}")
+    print(f"done: {last} of {args.steps} scheduled steps in {(time.time() - t_start) / 60:.1f} min; saved to {out}")
     return 0
 
 
