@@ -35,15 +35,20 @@ class Filter:
     def reason(self, row: dict) -> str | None:
         raise NotImplementedError
 
+    def reasons(self, rows: list[dict]) -> list[str | None]:
+        """``reason`` of every row; filters that share work across a batch override this."""
+        return [self.reason(row) for row in rows]
+
     def __call__(self, rows: Any) -> tuple[list[dict], list[dict]]:
         kept: list[dict] = []
         dropped: list[dict] = []
-        reason_of = self.reason
-        for row in to_rows(rows):
+        rows = to_rows(rows)
+        verdicts = iter(self.reasons([row for row in rows if isinstance(row, dict)]))
+        for row in rows:
             if not isinstance(row, dict):
                 dropped.append(drop(row, INVALID_ROW))
                 continue
-            why = reason_of(row)
+            why = next(verdicts)
             if why is None:
                 if "drop_reason" in row:
                     row = {k: v for k, v in row.items() if k != "drop_reason"}

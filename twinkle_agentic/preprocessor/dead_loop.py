@@ -1,8 +1,8 @@
 """DeadLoopFilter: assistant turns stuck in hesitation, correction cascades or n-gram repetition.
 
-Hot path. Each check first computes a cheap upper bound (anchor substring counts for markers, token
-counts for repetition) and runs the exact regex or n-gram pass only when the bound could reach the
-threshold; the n-gram pass hashes token ids with numpy instead of building tuples in Python.
+Hot path. The filter collects every segment (think and response part of each assistant turn) of a
+batch, gets upper bounds for all of them from ``dead_loop_bounds`` in a few numpy passes per chunk,
+and runs the exact regex or n-gram pass only for the few segments whose bound crosses a threshold.
 """
 
 from __future__ import annotations
@@ -13,21 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import dead_loop_bounds as bounds
 from .base import INVALID_MESSAGES, Filter
-from .text import cjk_ratio, is_agent_row, message_text, messages_of, reasoning_of, split_think
-from .vocab.dead_loop import (
-    CASCADE,
-    EN_CASCADE_ANCHORS,
-    EN_HESITATION,
-    EN_HESITATION_ANCHORS,
-    JA_HESITATION,
-    JA_HESITATION_ANCHORS,
-    KO_HESITATION,
-    KO_HESITATION_ANCHORS,
-    ZH_CASCADE_ANCHORS,
-    ZH_HESITATION,
-    ZH_HESITATION_ANCHORS,
-)
+from .text import is_agent_row, message_text, messages_of, reasoning_of, split_think
+from .vocab.dead_loop import CASCADE, EN_HESITATION, JA_HESITATION, KO_HESITATION, ZH_HESITATION
 
 DEAD_LOOP = "dead_loop"
 
@@ -43,80 +32,70 @@ HESITATION_RES = {
     "ja": _join(JA_HESITATION),
     "ko": _join(KO_HESITATION),
 }
-HESITATION_ANCHORS = {
-    "en": EN_HESITATION_ANCHORS,
-    "zh": ZH_HESITATION_ANCHORS,
-    "ja": JA_HESITATION_ANCHORS,
-    "ko": KO_HESITATION_ANCHORS,
-}
-CASCADE_ANCHORS = {"en": EN_CASCADE_ANCHORS, "zh": ZH_CASCADE_ANCHORS}
-# Every anchor of a language contains a character of its script, so a script absent from the text
-# means none of its anchors (and none of its markers) can occur.
-_SCRIPT_PROBES = {
-    "en": re.compile("[A-Za-z\u0130\u0131\u017f\u212a]"),
-    "zh": re.compile("[\u4e00-\u9fff]"),
-    "ja": re.compile("[\u3040-\u30ff]"),
-    "ko": re.compile("[\uac00-\ud7a3]"),
-}
-_ALL_ANCHORS = {
-    lang: tuple(dict.fromkeys(HESITATION_ANCHORS[lang] + CASCADE_ANCHORS.get(lang, ()))) for lang in LANGS
-}
 CASCADE_RE = _join(CASCADE, re.IGNORECASE)
-_DOTTED_I = ("\u0130", "\u0131")  # the letters re.IGNORECASE equates with "i" but casefold() does not
 
 
-class _Views:
-    """One segment plus its anchor counts per language, computed once and shared by the checks."""
-
-    __slots__ = ("text", "_counts")
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self._counts: dict[str, dict[str, int]] = {}
-
-    def counts(self, lang: str) -> dict[str, int]:
-        found = self._counts.get(lang)
-        if found is None:
-            text = self.text
-            if lang == "en":
-                present = text.isascii() or _SCRIPT_PROBES["en"].search(text) is not None
-                if present:
-                    text = text.casefold()
-                    if not self.text.isascii() and any(c in self.text for c in _DOTTED_I):
-                        text = text.replace("i\u0307", "i").replace("\u0131", "i")
-            else:
-                present = not text.isascii() and _SCRIPT_PROBES[lang].search(text) is not None
-            found = {a: text.count(a) for a in _ALL_ANCHORS[lang]} if present else {}
-            self._counts[lang] = found
-        return found
-
-    def bound(self, lang: str, anchors: tuple[str, ...]) -> int:
-        counts = self.counts(lang)
-        return sum(counts[a] for a in anchors) if counts else 0
+def _hesitation_exact(text: str, langs: tuple[str, ...] | list[str] = LANGS) -> int:
+    return sum(len(HESITATION_RES[lang].findall(text)) for lang in langs)
 
 
-def hesitation_count(text: str | _Views, limit: float | None = None) -> int:
+def hesitation_count(text: str, limit: float | None = None) -> int:
     """Number of hesitation markers in ``text`` (each language's matches never overlap).
 
     With ``limit``, returns early with a bound ``<= limit`` when the count cannot exceed it.
     """
-    view = text if isinstance(text, _Views) else _Views(text)
-    bounds = {lang: view.bound(lang, HESITATION_ANCHORS[lang]) for lang in LANGS}
-    if limit is not None and sum(bounds.values()) <= limit:
-        return sum(bounds.values())
-    return sum(len(HESITATION_RES[lang].findall(view.text)) for lang, b in bounds.items() if b)
+    per_lang = {lang: int(found[0]) for lang, found in bounds.segment_bounds([text]).hesitation.items()}
+    bound = sum(per_lang.values())
+    if limit is not None and bound <= limit:
+        return bound
+    return _hesitation_exact(text, [lang for lang, b in per_lang.items() if b])
 
 
-def has_cascade(text: str | _Views, threshold: int, window: int) -> bool:
-    """``threshold`` (>= 1) consecutive correction-marker starts within ``window`` characters."""
-    view = text if isinstance(text, _Views) else _Views(text)
+def _hesitation_above(text: str, langs: list[str], limit: float) -> bool:
+    """Whether the exact marker count exceeds ``limit`` (stops counting as soon as it does)."""
+    count = 0
+    for lang in langs:
+        for _ in HESITATION_RES[lang].finditer(text):
+            count += 1
+            if count > limit:
+                return True
+    return False
+
+
+def _cascade_exact(text: str, threshold: int, window: int) -> bool:
     if threshold <= 1:
-        return CASCADE_RE.search(view.text) is not None
-    if view.bound("en", EN_CASCADE_ANCHORS) + view.bound("zh", ZH_CASCADE_ANCHORS) < threshold:
-        return False
-    starts = [m.start() for m in CASCADE_RE.finditer(view.text)]
-    span = threshold - 1
-    return any(starts[i + span] - starts[i] <= window for i in range(len(starts) - span))
+        return CASCADE_RE.search(text) is not None
+    starts: list[int] = []
+    for m in CASCADE_RE.finditer(text):
+        starts.append(m.start())
+        if len(starts) >= threshold and starts[-1] - starts[-threshold] <= window:
+            return True
+    return False
+
+
+class _Found:
+    """``dead_loop_bounds.segment_bounds`` of a batch of segments, as plain lists for cheap indexing."""
+
+    __slots__ = ("_per_lang", "hesitation", "cascade", "repetition")
+
+    def __init__(self, texts: list[str], n: int, min_words: int) -> None:
+        found = bounds.segment_bounds(texts, n, min_words)
+        self._per_lang = {lang: found.hesitation[lang].tolist() for lang in LANGS}
+        self.hesitation = sum(found.hesitation[lang] for lang in LANGS).tolist()
+        self.cascade = found.cascade.tolist()
+        self.repetition = found.repetition.tolist()
+
+    def languages(self, i: int) -> list[str]:
+        """Languages whose markers segment ``i`` may hold, most anchors first."""
+        counts = [(self._per_lang[lang][i], lang) for lang in LANGS]
+        return [lang for count, lang in sorted(counts, reverse=True) if count]
+
+
+def has_cascade(text: str, threshold: int, window: int) -> bool:
+    """``threshold`` (>= 1) consecutive correction-marker starts within ``window`` characters."""
+    return bool(bounds.segment_bounds([text]).cascade[0] >= threshold) and _cascade_exact(
+        text, threshold, window
+    )
 
 
 # Fixed odd multipliers: the n-gram hash is the same in every process (no PYTHONHASHSEED effect).
@@ -150,27 +129,31 @@ def repetition_ratio(tokens: list[str] | str, n: int) -> float:
     if len(tokens) < _NUMPY_MIN_TOKENS:
         grams = zip(*(tokens[k:] for k in range(n)), strict=False)
         return 1.0 - len(set(grams)) / total
-    if isinstance(tokens, str):
-        ids = np.frombuffer(tokens.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
-    else:
-        # equal words get equal ids: setdefault keeps the first id it was offered
+    if isinstance(tokens, str):  # characters: their code points are the ids
+        ids = np.frombuffer(tokens.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
+    else:  # equal words get equal ids: setdefault keeps the first id it was offered
         ids = np.fromiter(map({}.setdefault, tokens, itertools.count()), dtype=np.uint64, count=len(tokens))
     return 1.0 - _distinct_ngrams(ids, n) / total
 
 
-def high_repetition(text: str, threshold: float, n: int, min_words: int) -> bool:
-    """n-gram repetition above ``threshold``: characters for CJK text, else whitespace-split words."""
-    if cjk_ratio(text[:500]) > 0.3:
+def _repetition_exact(text: str, threshold: float, n: int, min_words: int) -> bool:
+    if bounds.head_is_cjk(text):
         chars = "".join(text.split())
-        if len(chars) < min_words * n:
-            return False
-        return repetition_ratio(chars, n) > threshold
+        return len(chars) >= min_words * n and repetition_ratio(chars, n) > threshold
     if len(text) < 2 * min_words - 1:
         return False
     words = text.split()
-    if len(words) < min_words:
-        return False
-    return repetition_ratio(words, n) > threshold
+    return len(words) >= min_words and repetition_ratio(words, n) > threshold
+
+
+def high_repetition(text: str, threshold: float, n: int, min_words: int) -> bool:
+    """n-gram repetition above ``threshold``: characters for CJK text, else whitespace-split words.
+
+    Text is CJK when ``cjk_ratio(text[:500]) > 0.3``; CJK needs ``min_words * n`` characters
+    (whitespace removed), words need ``min_words`` tokens.
+    """
+    bound = float(bounds.segment_bounds([text], n, min_words, markers=False).repetition[0])
+    return bound > threshold and _repetition_exact(text, threshold, n, min_words)
 
 
 @dataclass(frozen=True)
@@ -231,44 +214,83 @@ class DeadLoopFilter(Filter):
         )
 
     def segment_stuck(self, text: str, profile: Profile) -> bool:
+        return self._stuck(text, profile, _Found([text], self.ngram_size, self.ngram_min_words), 0)
+
+    def _stuck(self, text: str, profile: Profile, found: _Found, i: int) -> bool:
+        """Whether segment ``i`` (``text``) is stuck; exact passes only where its bound crosses."""
         if not text:
             return False
-        view = _Views(text)
         if profile.hesitation_density is not None:
             limit = profile.hesitation_density * len(text) / 1000.0
-            if hesitation_count(view, limit) > limit:
+            if found.hesitation[i] > limit and _hesitation_above(text, found.languages(i), limit):
                 return True
-        if profile.cascade is not None and has_cascade(view, profile.cascade, self.cascade_window):
+        if (
+            profile.cascade is not None
+            and found.cascade[i] >= profile.cascade
+            and _cascade_exact(text, profile.cascade, self.cascade_window)
+        ):
             return True
-        return profile.repetition is not None and high_repetition(
-            text, profile.repetition, self.ngram_size, self.ngram_min_words
+        return (
+            profile.repetition is not None
+            and found.repetition[i] > profile.repetition
+            and _repetition_exact(text, profile.repetition, self.ngram_size, self.ngram_min_words)
         )
 
-    def turn_stuck(self, message: dict) -> bool:
+    @staticmethod
+    def segments(message: dict) -> tuple[str, str]:
+        """(response, think) of an assistant turn: think blocks plus the reasoning field."""
         think, response = split_think(message_text(message))
         reasoning = reasoning_of(message)
         if reasoning.strip():
             think = f"{think}\n{reasoning}" if think else reasoning
-        return self.segment_stuck(response, self.response) or self.segment_stuck(think, self.think)
+        return response, think
+
+    def reasons(self, rows: list[dict]) -> list[str | None]:
+        # 1. the turns each row needs judged; 2. bounds for all their segments at once; 3. verdicts
+        plans: list[str | None | tuple[bool, list[int]]] = []
+        texts: list[str] = []
+        for row in rows:
+            messages = messages_of(row)
+            if messages is None:
+                plans.append(INVALID_MESSAGES)
+                continue
+            assistants = [m for m in messages if m.get("role") == "assistant"]
+            agent = bool(assistants) and is_agent_row(messages)
+            if not assistants or (agent and not self.scan_agent_rows):
+                plans.append(None)
+                continue
+            turns = []
+            for m in assistants:
+                if agent and not (message_text(m).strip() or reasoning_of(m).strip()):
+                    continue  # agent rows count only turns with text
+                turns.append(len(texts))
+                texts.extend(self.segments(m))
+            plans.append((agent, turns))
+        found = _Found(texts, self.ngram_size, self.ngram_min_words)
+
+        def turn_stuck(k: int) -> bool:
+            return self._stuck(texts[k], self.response, found, k) or self._stuck(
+                texts[k + 1], self.think, found, k + 1
+            )
+
+        out: list[str | None] = []
+        for plan in plans:
+            if not isinstance(plan, tuple):
+                out.append(plan)
+                continue
+            agent, turns = plan
+            needed = self.agent_min_stuck_turns if agent else 1
+            stuck = 0
+            for k in turns:
+                if turn_stuck(k):
+                    stuck += 1
+                    if stuck >= needed:
+                        break
+            out.append(DEAD_LOOP if stuck >= needed else None)
+        return out
 
     def reason(self, row: dict) -> str | None:
-        messages = messages_of(row)
-        if messages is None:
-            return INVALID_MESSAGES
-        assistants = [m for m in messages if m.get("role") == "assistant"]
-        if not assistants:
-            return None
-        if not is_agent_row(messages):
-            return DEAD_LOOP if any(self.turn_stuck(m) for m in assistants) else None
-        if not self.scan_agent_rows:
-            return None
-        stuck = 0
-        for m in assistants:
-            if (message_text(m).strip() or reasoning_of(m).strip()) and self.turn_stuck(m):
-                stuck += 1
-                if stuck >= self.agent_min_stuck_turns:
-                    return DEAD_LOOP
-        return None
+        return self.reasons([row])[0]
 
     def __repr__(self) -> str:
         return f"DeadLoopFilter(response={self.response}, think={self.think}, scan_agent_rows={self.scan_agent_rows})"

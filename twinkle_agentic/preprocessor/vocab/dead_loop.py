@@ -68,22 +68,41 @@ KO_HESITATION = (
     r"계속\s*(?:틀리|실수|잘못)",
 )
 
-# Anchors: every match of a language's hesitation regex contains one of its anchors (EN anchors are
-# matched against casefolded text). Summed anchor counts bound the marker count from above, so the
-# filter runs the regexes only when that bound could reach the threshold. tests/preprocessor checks
-# the bound on every marker above.
-EN_HESITATION_ANCHORS = (
-    "wait", "hmm", "uh", "actually", "rethink", "re-think", "again", "over", "reconsider", "redo",
-    "confused", "circles", "lost", "sure", "messy", "complicated", "circular", "error", "mistake",
+# --- anchors: cheap upper bounds on the marker counts ----------------------------------------
+# The filter counts anchors with C-level scans and runs a language's regex only when the anchor
+# count could reach the threshold. Soundness needs: every match of a language's regex contains one
+# of that language's anchors, at a position no other match of that regex uses (matches never
+# overlap, so an anchor inside the match, or starting at its first character, qualifies).
+# tests/preprocessor checks every marker above against these lists.
+
+# English anchors are whole words of the text lowercased with every non-word character read as a
+# space ("I'm" is "i" and "m"); every English marker contains one of EN_*_WORDS as a whole word,
+# or (hesitation only) a word starting with one of EN_HESITATION_PREFIXES (hmm+, uh+m*).
+EN_HESITATION_WORDS = (
+    "wait", "actually", "let", "ll", "ill", "m", "im", "getting", "becoming", "keep", "made",
 )  # fmt: skip
-ZH_HESITATION_ANCHORS = (
-    "等等", "不不不", "嗯嗯", "呃", "不对", "让我", "想想", "试试", "来一次", "考虑", "搞不清楚",
-    "不确定", "迷糊", "乱", "复杂", "难以理清", "错",
+EN_HESITATION_PREFIXES = ("hmm", "uh")
+EN_CASCADE_WORDS = ("wait", "actually", "hmm", "wrong", "made")
+# Non-ASCII characters that re.IGNORECASE equates with an ASCII letter (tests derive the list from
+# the regex engine itself); they are mapped to that letter before the English anchors are counted.
+EN_CASE_EQUIVALENTS = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
+
+# CJK anchors are character pairs (or single characters) starting inside each match; "$" as the
+# second character stands for the end of the text (the Korean lone filler's "$", which also
+# matches before a final newline: hence the "\n" pairs).
+ZH_HESITATION_PAIRS = (
+    "等等", "不不", "嗯嗯", "不对", "错了", "我再", "我重", "搞不", "不确", "迷糊", "这变", "这太", "这越",
+    "搞错", "弄错", "又犯", "次犯", "出错", "犯错",
 )  # fmt: skip
-JA_HESITATION_ANCHORS = (
-    "待って", "えっと", "うーん", "あれ", "考え直", "やり直し", "混乱してきた", "わからなくなって",
+ZH_HESITATION_SINGLES = ("呃", "乱")
+JA_HESITATION_PAIRS = ("待っ", "えっ", "うー", "あれ", "考え", "やり", "混乱", "わか")
+_KO_FILLERS = "음어흠"
+KO_HESITATION_PAIRS = (
+    *(a + b for a in _KO_FILLERS for b in _KO_FILLERS),
+    *(a + b for a in _KO_FILLERS for b in "….~,，!?！？。$\n"),
+    "잠깐", "다시", "헷갈", "계속",
 )  # fmt: skip
-KO_HESITATION_ANCHORS = ("음", "어", "흠", "잠깐", "다시", "헷갈", "계속")
+ZH_CASCADE_PAIRS = ("等等", "不对", "重新", "错了", "嗯嗯", "我再")
 
 # --- correction cascade: marker starts close together ----------------------------------------
 
@@ -100,5 +119,3 @@ EN_CASCADE = (
 ZH_CASCADE = (r"等等", r"不对", r"重新", r"错了", r"嗯{2,}", r"让我再")
 
 CASCADE = EN_CASCADE + ZH_CASCADE
-EN_CASCADE_ANCHORS = ("wait", "actually", "hmm", "wrong", "made")
-ZH_CASCADE_ANCHORS = ("等等", "不对", "重新", "错了", "嗯嗯", "让我再")
