@@ -61,7 +61,7 @@ def overhead(sampler: Any, template: Any, n: int, length: int, repeats: int) -> 
     trajectories = [{"messages": [{"role": "user", "content": CHAT_PROMPTS[i % len(CHAT_PROMPTS)]}]} for i in range(n)]
     prompts = [{"prompt_token_ids": template.encode(t)["input_ids"]} for t in trajectories]
     params = SamplingParams(temperature=0.0, max_tokens=length, logprobs=0)
-    vllm_params = params.to_vllm(ignore_eos=True)
+    vllm_params = params.to_vllm(**sampler.sampling_overrides)
     rollouts = {
         "rollout": MultiTurnRollout(sampler, template, tool_manager=ToolManager(), sampling_params=params, max_turns=1),
         "rollout_no_verify": MultiTurnRollout(
@@ -168,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     template = Template(args.model)
     start_s = time.perf_counter() - t0
     try:
+        sampler.sampling_overrides = {"ignore_eos": True}  # fixed-length generations on both paths
         part1 = [overhead(sampler, template, args.prompts, length, args.repeats) for length in lengths]
+        sampler.sampling_overrides = {}
         part2 = with_tools(sampler, template, args.tool_prompts)
     finally:
         sampler.shutdown()

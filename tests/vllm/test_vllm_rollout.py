@@ -36,18 +36,14 @@ def game(target: int):
     return traj("Let's play a guessing game.", user_data=[("target", json.dumps(target))])
 
 
-def demo_and_game(trajectory):
-    manager = game_tool_manager(trajectory)
-    for tool in demo_tools():
-        manager.register(tool)
-    return manager
-
-
 @pytest.fixture(scope="module")
 def greedy_results(vllm_sampler, tiny_template):
-    rollout = MultiTurnRollout(vllm_sampler, tiny_template, tool_manager=demo_and_game, sampling_params=GREEDY)
+    """Demo prompts sharing one thread-safe manager, and two games with a fresh env each (a factory)."""
+    rollout = MultiTurnRollout(vllm_sampler, tiny_template, sampling_params=GREEDY)
+    demo = ToolManager(demo_tools())
     inputs = [traj(p) for p in PROMPTS] + [game(3), game(10)]
-    return rollout(inputs), rollout.last_stats
+    managers = [demo] * len(PROMPTS) + [game_tool_manager, game_tool_manager]
+    return rollout(inputs, tool_manager=managers), rollout.last_stats
 
 
 def test_sampler_contract(vllm_sampler, tiny_template):
