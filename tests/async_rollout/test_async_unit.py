@@ -462,10 +462,20 @@ def test_arun_on_the_callers_loop_and_traces(tiny_template, manager, tmp_path):
         ro(traj("Hello"))
 
 
-def test_sampler_as_a_ray_actor_handle(ray_local, tiny_template, manager):
+def test_ray_actors_sampler_handle_and_remote_rollout(ray_local, tiny_template, manager):
+    """The sampler as a Ray actor handle (``await handle.generate.remote(...)``), and the rollout itself
+    as a ``@remote_class`` actor calling it."""
     actor = ray_local.remote(AsyncScriptedSampler).remote(ScriptedSampler(tiny_template, SCRIPT))
-    ro = AsyncMultiTurnRollout(actor, tiny_template, tool_manager=manager)
-    results = ro([traj("Weather in Paris?"), traj("Hello")])
-    assert [(r["stop_reason"], r["turns"]) for r in results] == [("stop", 2), ("stop", 1)]
-    assert_trajectory_tokens(results[0], tiny_template, n_input_messages=1)
-    ray_local.kill(actor)
+    inputs = [traj("Weather in Paris?"), traj("Hello")]
+    try:
+        ro = AsyncMultiTurnRollout(actor, tiny_template, tool_manager=manager)
+        results = ro(inputs)
+        assert [(r["stop_reason"], r["turns"]) for r in results] == [("stop", 2), ("stop", 1)]
+        assert_trajectory_tokens(results[0], tiny_template, n_input_messages=1)
+        remote = AsyncMultiTurnRollout.remote(sampler=actor, template=tiny_template, tool_manager=manager)
+        assert ray_local.get(remote.__call__.remote(inputs)) == results
+        stats = ray_local.get(remote.get_last_stats.remote())
+        assert stats.requests == 3 and stats.tools.totals()["calls"] == 1
+        ray_local.kill(remote)
+    finally:
+        ray_local.kill(actor)

@@ -265,7 +265,6 @@ class AsyncMultiTurnRollout(Rollout):
         stats.engine_busy_s = call.engine.busy_s()
         stats.requests = call.engine.intervals
         stats.attempts = list(book.attempts)
-        stats.tools = scheduler.take_stats()
         stats.failures = book.report
         if self.tracer is not None:
             self.tracer.write(book.finished(), global_step)
@@ -349,7 +348,9 @@ class AsyncMultiTurnRollout(Rollout):
                 if calls is None:
                     break
                 started = call.now()
-                answers = await call.scheduler.run_turn(manager, calls, self.parallel_tool_calls)
+                answers = await call.scheduler.run_turn(
+                    manager, calls, call.stats.tools, self.parallel_tool_calls
+                )
                 timing.tool_turns.append((started, call.now()))
                 ids = state.on_tools(answers)
             result = state.result()

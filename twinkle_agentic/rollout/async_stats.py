@@ -49,10 +49,6 @@ class BusyClock:
         with self._lock:
             return self._busy_s + (self._clock() - self._since if self._open else 0.0)
 
-    @property
-    def in_flight(self) -> int:
-        return self._open
-
 
 @dataclass
 class TrajectoryTiming:

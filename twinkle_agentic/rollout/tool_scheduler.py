@@ -25,6 +25,7 @@ import contextlib
 import inspect
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,7 +122,6 @@ class ToolUsage:
     cancelled: int = 0
     max_in_flight: int = 0
     latencies_s: list[float] = field(default_factory=list)
-    in_flight: int = 0
 
 
 @dataclass
@@ -159,7 +159,6 @@ class ThreadRunner:
         self.workers = workers
         self.name = name
         self._slots = asyncio.Semaphore(workers)
-        self.abandoned = 0
 
     async def run(self, fn: Callable[[], Any], timeout_s: float | None = None) -> Any:
         """``fn()`` off the loop; its exception is re-raised here; ``TimeoutError`` after ``timeout_s``."""
@@ -168,9 +167,12 @@ class ThreadRunner:
             raise value
         return value
 
-    async def settle(self, fn: Callable[[], Any], timeout_s: float | None = None) -> tuple[bool, Any]:
+    async def settle(
+        self, fn: Callable[[], Any], timeout_s: float | None = None, stats: ToolStats | None = None
+    ) -> tuple[bool, Any]:
         """``(True, result)`` or ``(False, exception)``; only our own timeout raises ``TimeoutError``
-        (a function that raises ``TimeoutError`` itself comes back as ``(False, exc)``)."""
+        (a function that raises ``TimeoutError`` itself comes back as ``(False, exc)``). A call given up
+        on while its thread still runs is counted in ``stats.abandoned``."""
         loop = asyncio.get_running_loop()
         async with self._slots:
             answer: asyncio.Future = loop.create_future()
@@ -191,30 +193,27 @@ class ThreadRunner:
             try:
                 return await asyncio.wait_for(answer, timeout_s)
             finally:
-                if not answer.done() or answer.cancelled():
-                    self.abandoned += 1
+                if stats is not None and (not answer.done() or answer.cancelled()):
+                    stats.abandoned += 1
 
 
 class ToolScheduler:
-    """Runs a trajectory's tool calls under per-tool limits (see the module docstring); one per event loop."""
+    """Runs tool calls under per-tool limits (see the module docstring); one per event loop, shared by
+    every rollout call on it. Usage is recorded into the ``ToolStats`` each call passes in."""
 
     def __init__(self, limits: ToolLimits | None = None, workers: int = DEFAULT_TOOL_WORKERS):
         self.limits = limits or ToolLimits()
         self.runner = ThreadRunner(workers)
         self._slots: dict[str, asyncio.Semaphore] = {}
-        self.stats = ToolStats()
+        self._in_flight: Counter[str] = Counter()
 
-    def take_stats(self) -> ToolStats:
-        """The usage since the previous call (the scheduler may serve several rollout calls)."""
-        stats, self.stats = self.stats, ToolStats()
-        stats.abandoned, self.runner.abandoned = self.runner.abandoned, 0
-        return stats
-
-    async def run_turn(self, manager: Any, calls: Sequence[Any], parallel: bool = False) -> list[str]:
+    async def run_turn(
+        self, manager: Any, calls: Sequence[Any], stats: ToolStats, parallel: bool = False
+    ) -> list[str]:
         """One answer per call, in call order; calls run one after another unless ``parallel``."""
         if parallel and len(calls) > 1:
-            return list(await asyncio.gather(*(self.run_call(manager, call) for call in calls)))
-        return [await self.run_call(manager, call) for call in calls]
+            return list(await asyncio.gather(*(self.run_call(manager, call, stats) for call in calls)))
+        return [await self.run_call(manager, call, stats) for call in calls]
 
     def _slot(self, tool: str) -> contextlib.AbstractAsyncContextManager:
         limit = self.limits.of(tool).max_concurrency
@@ -224,17 +223,17 @@ class ToolScheduler:
             self._slots[tool] = asyncio.Semaphore(limit)
         return self._slots[tool]
 
-    async def run_call(self, manager: Any, call: Any) -> str:
+    async def run_call(self, manager: Any, call: Any, stats: ToolStats) -> str:
         tool = call_name(call)
         timeout_s = self.limits.of(tool).timeout_s
-        usage = self.stats.usage(tool)
+        usage = stats.usage(tool)
         async with self._slot(tool):
             usage.calls += 1
-            usage.in_flight += 1
-            usage.max_in_flight = max(usage.max_in_flight, usage.in_flight)
+            self._in_flight[tool] += 1
+            usage.max_in_flight = max(usage.max_in_flight, self._in_flight[tool])
             start = time.perf_counter()
             try:
-                ok, value = await self._dispatch(manager, call, timeout_s)
+                ok, value = await self._dispatch(manager, call, timeout_s, stats)
                 if ok:
                     answer = str(value)
                 else:
@@ -247,12 +246,14 @@ class ToolScheduler:
                 usage.cancelled += 1
                 raise
             finally:
-                usage.in_flight -= 1
+                self._in_flight[tool] -= 1
                 usage.latencies_s.append(time.perf_counter() - start)
         usage.errors += answer.startswith("Error:")
         return answer
 
-    async def _dispatch(self, manager: Any, call: Any, timeout_s: float | None) -> tuple[bool, Any]:
+    async def _dispatch(
+        self, manager: Any, call: Any, timeout_s: float | None, stats: ToolStats
+    ) -> tuple[bool, Any]:
         acall = getattr(manager, "acall", None)
         if acall is not None and inspect.iscoroutinefunction(acall):
 
@@ -263,4 +264,4 @@ class ToolScheduler:
                     return False, exc
 
             return await asyncio.wait_for(settle(), timeout_s)
-        return await self.runner.settle(lambda: manager(call), timeout_s)
+        return await self.runner.settle(lambda: manager(call), timeout_s, stats)
