@@ -34,11 +34,24 @@ DEMO_CLUSTER_CPUS = 4
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", default=DEFAULT_OUTPUT, metavar="DIR", help=f"where outputs go (default: {DEFAULT_OUTPUT})")
-    parser.add_argument("--prompts", type=int, default=None, metavar="N", help="roll out only the first N demo prompts")
-    parser.add_argument("--engines", type=int, default=None, help="vLLM engines (default: the demo config's, 2)")
-    parser.add_argument("--model", default=None, metavar="PATH", help="model directory (default: the bundled tiny model)")
-    parser.add_argument("--num-cpus", type=int, default=DEMO_CLUSTER_CPUS, help="logical CPUs of the embedded cluster")
+    parser.add_argument(
+        "--output",
+        default=DEFAULT_OUTPUT,
+        metavar="DIR",
+        help=f"where outputs go (default: {DEFAULT_OUTPUT})",
+    )
+    parser.add_argument(
+        "--prompts", type=int, default=None, metavar="N", help="roll out only the first N demo prompts"
+    )
+    parser.add_argument(
+        "--engines", type=int, default=None, help="vLLM engines (default: the demo config's, 2)"
+    )
+    parser.add_argument(
+        "--model", default=None, metavar="PATH", help="model directory (default: the bundled tiny model)"
+    )
+    parser.add_argument(
+        "--num-cpus", type=int, default=DEMO_CLUSTER_CPUS, help="logical CPUs of the embedded cluster"
+    )
     parser.add_argument("--address", default=None, help="run on this Ray cluster instead of an embedded one")
     parser.add_argument("--skip-preprocess", action="store_true", help="only serve the tools and roll out")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -51,7 +64,16 @@ def preprocess(output: str) -> str:
     from jobs.preprocess.config import resolve_config
     from jobs.preprocess.job import run
 
-    argv = ["--input", str(SAMPLE_CHATS), "--output", output, "--overwrite", "--no-progress", "--dedup-partitions", "2"]
+    argv = [
+        "--input",
+        str(SAMPLE_CHATS),
+        "--output",
+        output,
+        "--overwrite",
+        "--no-progress",
+        "--dedup-partitions",
+        "2",
+    ]
     return run(resolve_config(preprocess_parser().parse_args(argv))).line()
 
 
@@ -86,10 +108,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[1/3] Ray: {info.summary()}", flush=True)
         pre_line = "skipped"
         if not args.skip_preprocess:
-            print(f"[2/3] preprocessing {SAMPLE_CHATS.relative_to(REPO_ROOT)} with the default pipeline ...", flush=True)
+            print(
+                f"[2/3] preprocessing {SAMPLE_CHATS.relative_to(REPO_ROOT)} with the default pipeline ...",
+                flush=True,
+            )
             pre_line = preprocess(os.path.join(output, "preprocess"))
             print(pre_line, flush=True)
-        print("[3/3] serving the demo tools and env on Ray Serve; rolling out the demo prompts on the tiny model ...", flush=True)
+        print(
+            "[3/3] serving the demo tools and env on Ray Serve; rolling out the demo prompts on the tiny model ...",
+            flush=True,
+        )
         summary = rollout(args, os.path.join(output, "rollout"))
     except (ConfigError, PipelineError, InputError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
@@ -107,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo finished in {time.perf_counter() - start:.1f} s. Outputs under {output}:")
     if not args.skip_preprocess:
         print(f"  preprocess/   kept rows, drop ledger, stats.json, report.md   ({pre_line.split(';')[0]})")
-    print("  rollout/      trajectories.jsonl (input_ids, labels, logprobs, messages, stop_reason), summary.json")
+    print(
+        "  rollout/      trajectories.jsonl (input_ids, labels, logprobs, messages, stop_reason), summary.json"
+    )
     return 0
 
 

@@ -67,13 +67,31 @@ def cluster_cpus() -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
+def needs_split(sources: list[Source], cpus: int) -> bool:
+    """Whether read tasks (one file each) alone would leave CPUs idle: fewer files than CPUs, or one
+    file larger than a CPU's share. Then the records are re-blocked so any worker can take any block."""
+    sizes = [s.size_bytes or 0 for s in sources]
+    return len(sources) < cpus or max(sizes, default=0) * cpus > sum(sizes)
+
+
 def build(
-    ds: Any, steps: list[Any], names: list[str], stages: list[Stage], cfg: PreprocessConfig, partitions: int
+    ds: Any,
+    steps: list[Any],
+    names: list[str],
+    stages: list[Stage],
+    cfg: PreprocessConfig,
+    partitions: int,
+    split_records: bool = True,
 ) -> Any:
-    """Chain the stages onto a dataset of raw records; returns the dataset of final frames."""
+    """Chain the stages onto a dataset of raw records; returns the dataset of final frames.
+
+    Without ``split_records`` Ray fuses the read with the first stage: each task reads a file and
+    filters it, with no hop through the object store and half the tasks.
+    """
     import ray.data
 
-    ds = ds.repartition(target_num_rows_per_block=cfg.batch_size)
+    if split_records:
+        ds = ds.repartition(target_num_rows_per_block=cfg.batch_size)
     for stage in stages:
         if stage.kind == "dedup":
             (position,) = stage.positions
@@ -203,13 +221,21 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     ):
         context.shuffle_strategy = ShuffleStrategy.SHUFFLE_V2  # keyed repartition needs a hash shuffle
     context.shuffle_input_batch_bytes = min(context.shuffle_input_batch_bytes, SHUFFLE_INPUT_BATCH_BYTES)
-    partitions = cfg.dedup_partitions or min(MAX_DEFAULT_PARTITIONS, 2 * cluster_cpus())
+    cpus = cluster_cpus()
+    partitions = cfg.dedup_partitions or min(MAX_DEFAULT_PARTITIONS, 2 * cpus)
+    split = needs_split(sources, cpus)
     for stage in stages:
         logger.info("stage %s", stage.describe(names))
+    logger.info(
+        "%d input file(s)%s; dedup shuffle partitions: %d",
+        len(sources),
+        ", re-blocked for parallelism" if split else ", read fused with the first stage",
+        partitions,
+    )
 
     start = time.perf_counter()
     ds = ray.data.read_datasource(RecordDatasource(sources, cfg.batch_size))
-    ds = build(ds, steps, names, stages, cfg, partitions)
+    ds = build(ds, steps, names, stages, cfg, partitions, split_records=split)
     sink = PreprocessDatasink(
         cfg.output, [s.uri for s in sources], uuid.uuid4().hex[:12], cfg.output_format, cfg.rows_per_file
     )

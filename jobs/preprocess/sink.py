@@ -23,6 +23,15 @@ from .frame import DROPPED, KIND, LINE, LIVE, REASON, ROW, SRC, STATS, STEP
 
 KEPT_DIR = "kept"
 DROPPED_DIR = "dropped"
+# Blocks reach the sink whole (a dedup partition is one block): convert them to Python in slices so
+# a write task holds at most this many rows as Python objects.
+WRITE_SLICE_ROWS = 8192
+
+
+def _slices(blocks: Iterable[Any]) -> Iterable[Any]:
+    for block in blocks:
+        for offset in range(0, block.num_rows, WRITE_SLICE_ROWS):
+            yield block.slice(offset, WRITE_SLICE_ROWS)
 
 
 @dataclass
@@ -130,9 +139,7 @@ class PreprocessDatasink(Datasink):
         ledger_file = _LazyFile(filesystem, posixpath.join(root, DROPPED_DIR, name + ".jsonl"))
         result = SinkResult()
         parquet_writer = None
-        for block in blocks:
-            if block.num_rows == 0:  # Ray may hand over empty blocks without columns
-                continue
+        for block in _slices(blocks):  # empty blocks (possibly without columns) yield nothing
             columns = {c: block.column(c).to_pylist() for c in (SRC, LINE, KIND, STEP, REASON, ROW)}
             kept_src, kept_line, kept_rows, ledger = [], [], [], []
             for src, line, kind, step, reason, row in zip(*columns.values(), strict=True):

@@ -20,7 +20,17 @@ from actors.driver import FarmOptions
 OUTPUT_FORMATS = ("jsonl", "parquet")
 DIGEST_SPAN = 1 << 20  # bytes read from each end of a weights file to tell checkpoints apart
 ENGINE_KEYS = tuple(f.name for f in dataclasses.fields(EngineConfig) if f.name not in ("model", "mode"))
-TOOL_KEYS = ("name", "tools", "url", "route_prefix", "deployment", "user_config", "timeout_s", "retries", "token_env")
+TOOL_KEYS = (
+    "name",
+    "tools",
+    "url",
+    "route_prefix",
+    "deployment",
+    "user_config",
+    "timeout_s",
+    "retries",
+    "token_env",
+)
 ENV_KEYS = (
     "name", "env", "env_kwargs", "url", "route_prefix", "deployment", "user_config", "client", "reset_kwargs",
     "retry_attempts", "token_env",
@@ -74,30 +84,46 @@ class EnvServerSpec:
 @dataclass
 class RolloutJobConfig:
     model: str | None = field(
-        default=None, metadata=_opt("model directory or hub id (default: the bundled tiny model)", metavar="PATH")
+        default=None,
+        metadata=_opt("model directory or hub id (default: the bundled tiny model)", metavar="PATH"),
     )
-    prompts: str = field(default="", metadata=_opt("prompts file: JSONL (optionally .gz) or Parquet", metavar="PATH"))
-    output: str = field(default="", metadata=_opt("output directory (journal, trajectories, summary)", metavar="DIR"))
+    prompts: str = field(
+        default="", metadata=_opt("prompts file: JSONL (optionally .gz) or Parquet", metavar="PATH")
+    )
+    output: str = field(
+        default="", metadata=_opt("output directory (journal, trajectories, summary)", metavar="DIR")
+    )
     output_format: str = field(
         default="jsonl",
-        metadata=_opt("format of the final trajectories file (the resumable journal is always JSONL)", choices=OUTPUT_FORMATS),
+        metadata=_opt(
+            "format of the final trajectories file (the resumable journal is always JSONL)",
+            choices=OUTPUT_FORMATS,
+        ),
     )
     limit: int | None = field(default=None, metadata=_opt("roll out only the first N prompts"))
     samples_per_prompt: int = field(default=1, metadata=_opt("trajectories per prompt (e.g. a GRPO group)"))
     mode: str = field(
         default="sync",
-        metadata=_opt("rollout mode of the workers: sync (turn-synchronous), async (per trajectory), or module:Class"),
+        metadata=_opt(
+            "rollout mode of the workers: sync (turn-synchronous), async (per trajectory), or module:Class"
+        ),
     )
     mode_options: dict[str, Any] = field(
         default_factory=dict,
-        metadata=_yaml_only("options of the mode (async: tool_limits, default_tool_limit, parallel_tool_calls, failure_policy)"),
+        metadata=_yaml_only(
+            "options of the mode (async: tool_limits, default_tool_limit, parallel_tool_calls, failure_policy)"
+        ),
     )
-    engines: int = field(default=1, metadata=_opt("number of engines (rollout workers, one vLLM engine each)"))
+    engines: int = field(
+        default=1, metadata=_opt("number of engines (rollout workers, one vLLM engine each)")
+    )
     engine: dict[str, Any] = field(
-        default_factory=dict, metadata=_yaml_only(f"per-engine settings and resources: {', '.join(ENGINE_KEYS)}")
+        default_factory=dict,
+        metadata=_yaml_only(f"per-engine settings and resources: {', '.join(ENGINE_KEYS)}"),
     )
     sampling: dict[str, Any] = field(
-        default_factory=lambda: {"temperature": 0.0, "max_tokens": 128}, metadata=_yaml_only("SamplingParams fields")
+        default_factory=lambda: {"temperature": 0.0, "max_tokens": 128},
+        metadata=_yaml_only("SamplingParams fields"),
     )
     max_turns: int = field(default=6, metadata=_opt("assistant turns per trajectory"))
     max_trajectory_tokens: int | None = field(default=None, metadata=_opt("token budget per trajectory"))
@@ -108,21 +134,40 @@ class RolloutJobConfig:
     inflight_per_worker: int = field(default=2, metadata=_opt("batches queued per worker"))
     tool_concurrency: int = field(default=8, metadata=_opt("tool calls a worker runs at once"))
     ready_timeout_s: float = field(default=900.0, metadata=_opt("how long an engine may take to start"))
-    batch_timeout_s: float | None = field(default=None, metadata=_opt("restart a worker stuck on one batch this long"))
-    max_worker_restarts: int = field(default=3, metadata=_opt("replacements per worker slot"))
-    max_batch_attempts: int = field(default=3, metadata=_opt("failures a batch may cause before its trajectories end in error"))
-    verify_tokens: bool = field(default=True, metadata=_opt("skip re-rendering each trajectory to measure token_drift", negate="--no-verify-tokens"))
-    serve_host: str = field(default="127.0.0.1", metadata=_opt("Serve HTTP host (set a token_env before 0.0.0.0)"))
-    serve_port: int | None = field(
-        default=None, metadata=_opt("Serve HTTP port (default: a free port on an embedded cluster, else 8000)")
+    batch_timeout_s: float | None = field(
+        default=None, metadata=_opt("restart a worker stuck on one batch this long")
     )
-    deploy_timeout_s: float = field(default=180.0, metadata=_opt("how long the tool/env apps may take to come up"))
-    keep_services: bool = field(default=False, metadata=_opt("leave the deployed tool/env apps running at the end"))
+    max_worker_restarts: int = field(default=3, metadata=_opt("replacements per worker slot"))
+    max_batch_attempts: int = field(
+        default=3, metadata=_opt("failures a batch may cause before its trajectories end in error")
+    )
+    verify_tokens: bool = field(
+        default=True,
+        metadata=_opt(
+            "skip re-rendering each trajectory to measure token_drift", negate="--no-verify-tokens"
+        ),
+    )
+    serve_host: str = field(
+        default="127.0.0.1", metadata=_opt("Serve HTTP host (set a token_env before 0.0.0.0)")
+    )
+    serve_port: int | None = field(
+        default=None,
+        metadata=_opt("Serve HTTP port (default: a free port on an embedded cluster, else 8000)"),
+    )
+    deploy_timeout_s: float = field(
+        default=180.0, metadata=_opt("how long the tool/env apps may take to come up")
+    )
+    keep_services: bool = field(
+        default=False, metadata=_opt("leave the deployed tool/env apps running at the end")
+    )
     address: str | None = field(
-        default=None, metadata=_opt("Ray cluster address (default: RAY_ADDRESS, else an embedded local cluster)")
+        default=None,
+        metadata=_opt("Ray cluster address (default: RAY_ADDRESS, else an embedded local cluster)"),
     )
     num_cpus: int | None = field(default=None, metadata=_opt("logical CPUs of the embedded local cluster"))
-    worker_logs: bool = field(default=False, metadata=_opt("stream the workers' (engines') logs to this console"))
+    worker_logs: bool = field(
+        default=False, metadata=_opt("stream the workers' (engines') logs to this console")
+    )
     overwrite: bool = field(default=False, metadata=_opt("discard an earlier run in the output directory"))
     progress: bool = field(default=True, metadata=_opt("show a progress bar", negate="--no-progress"))
 
@@ -214,12 +259,16 @@ class RolloutJobConfig:
             if not spec.name or not isinstance(spec.name, str):
                 raise ConfigError(f"every tools entry needs a name, got {spec.name!r}")
             if (spec.url is None) == (not spec.tools):
-                raise ConfigError(f"tools '{spec.name}': give either tools (import paths to deploy) or url, not both")
+                raise ConfigError(
+                    f"tools '{spec.name}': give either tools (import paths to deploy) or url, not both"
+                )
         for spec in self.envs:
             if not spec.name or not isinstance(spec.name, str):
                 raise ConfigError(f"every envs entry needs a name, got {spec.name!r}")
             if (spec.url is None) == (spec.env is None):
-                raise ConfigError(f"envs '{spec.name}': give either env ('module:Class' to deploy) or url, not both")
+                raise ConfigError(
+                    f"envs '{spec.name}': give either env ('module:Class' to deploy) or url, not both"
+                )
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -270,8 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
             "Ray Serve, trajectories with input_ids/labels/logprobs streamed to a resumable journal."
         ),
     )
-    parser.add_argument("--config", metavar="ROLLOUT_YAML", help="job config (see jobs/configs/demo_rollout.yaml)")
-    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and plan, run nothing")
+    parser.add_argument(
+        "--config", metavar="ROLLOUT_YAML", help="job config (see jobs/configs/demo_rollout.yaml)"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the resolved config and plan, run nothing"
+    )
     for f in _cli_fields():
         meta = dict(f.metadata)
         flag = "--" + f.name.replace("_", "-")

@@ -49,7 +49,9 @@ def plan(cfg: RolloutJobConfig) -> list[dict[str, Any]]:
 def connect(cfg: RolloutJobConfig) -> Any:
     from cluster import connect as cluster_connect
 
-    return cluster_connect(cfg.address, num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=cfg.worker_logs)
+    return cluster_connect(
+        cfg.address, num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=cfg.worker_logs
+    )
 
 
 def run(cfg: RolloutJobConfig) -> RolloutSummary:
@@ -124,12 +126,16 @@ def in_background(fn: Callable[[], Any]) -> Future:
     return future
 
 
-def _roll(cfg: RolloutJobConfig, farm: Any, todo: list[dict[str, Any]], journal: Journal, tally: RolloutTally) -> float:
+def _roll(
+    cfg: RolloutJobConfig, farm: Any, todo: list[dict[str, Any]], journal: Journal, tally: RolloutTally
+) -> float:
     """Stream the farm's batches into the journal; returns the rollout's wall time."""
     from tqdm import tqdm
 
     start = time.perf_counter()
-    with tqdm(total=len(todo), unit="traj", desc="rollout", disable=not cfg.progress, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=len(todo), unit="traj", desc="rollout", disable=not cfg.progress, dynamic_ncols=True
+    ) as bar:
         for batch in farm.run(todo):
             journal.append(batch.trajectories)
             tally.add(batch.trajectories, batch.activity, batch.generated_tokens)

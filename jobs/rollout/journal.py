@@ -50,7 +50,9 @@ class Journal:
         self._handle: Any = None
 
     @classmethod
-    def open(cls, directory: str, fingerprint: dict[str, Any], overwrite: bool) -> tuple[Journal, JournalState]:
+    def open(
+        cls, directory: str, fingerprint: dict[str, Any], overwrite: bool
+    ) -> tuple[Journal, JournalState]:
         """Prepare ``directory`` for a run with ``fingerprint``; returns the journal and what it holds."""
         if os.path.isfile(directory):
             raise ConfigError(f"output {directory!r} is a file; pass a directory")
@@ -105,7 +107,9 @@ class Journal:
         for number, record in _records(self.path):
             tid = record.get("trajectory_id")
             if tid is None:
-                raise ConfigError(f"{self.path} line {number} has no trajectory_id; pass --overwrite to start over")
+                raise ConfigError(
+                    f"{self.path} line {number} has no trajectory_id; pass --overwrite to start over"
+                )
             if tid not in state.ids:
                 state.ids.add(str(tid))
                 state.stop_reasons[record.get("stop_reason")] += 1
@@ -183,7 +187,9 @@ def _records(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 record = json.loads(line)
             except ValueError as exc:
-                raise ConfigError(f"{path} line {number} is not JSON ({exc}); pass --overwrite to start over") from exc
+                raise ConfigError(
+                    f"{path} line {number} is not JSON ({exc}); pass --overwrite to start over"
+                ) from exc
             yield number, record
 
 
@@ -252,15 +258,20 @@ def _write_chunk(writer: Any, path: str, records: list[dict[str, Any]], force: b
     for record in records:
         for name in TYPED_COLUMNS:
             value = record.get(name)
-            columns[name].append(str(value) if name in ("trajectory_id", "prompt_id") and value is not None else value)
+            columns[name].append(
+                str(value) if name in ("trajectory_id", "prompt_id") and value is not None else value
+            )
         for name in JSON_COLUMNS:
             value = record.get(name)
-            columns[name].append(None if value is None else json.dumps(value, ensure_ascii=False, default=str))
+            columns[name].append(
+                None if value is None else json.dumps(value, ensure_ascii=False, default=str)
+            )
         extra = {k: v for k, v in record.items() if k not in TYPED_COLUMNS and k not in JSON_COLUMNS}
         columns["extra"].append(json.dumps(extra, ensure_ascii=False, default=str) if extra else None)
-    table = pa.table({name: pa.array(columns[name], schema.field(name).type) for name in schema.names}, schema=schema)
+    table = pa.table(
+        {name: pa.array(columns[name], schema.field(name).type) for name in schema.names}, schema=schema
+    )
     if writer is None:
         writer = pq.ParquetWriter(path, schema)
     writer.write_table(table)
     return writer
-

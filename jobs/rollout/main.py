@@ -29,11 +29,18 @@ def dry_run(cfg: RolloutJobConfig) -> None:
     trajectories = plan(cfg)
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True).rstrip())
     print(f"# {len(trajectories)} trajectories from {cfg.prompts}")
-    print(f"# {cfg.engines} engine(s), each a Ray actor with {RolloutWorker.ray_options(cfg.engine_config())}")
+    print(
+        f"# {cfg.engines} engine(s), each a Ray actor with {RolloutWorker.ray_options(cfg.engine_config())}"
+    )
     for spec in cfg.tools:
-        print(f"# tool server {spec.name}: " + (f"running at {spec.url}" if spec.url else f"deploy {spec.tools}"))
+        print(
+            f"# tool server {spec.name}: "
+            + (f"running at {spec.url}" if spec.url else f"deploy {spec.tools}")
+        )
     for spec in cfg.envs:
-        print(f"# env server {spec.name}: " + (f"running at {spec.url}" if spec.url else f"deploy {spec.env}"))
+        print(
+            f"# env server {spec.name}: " + (f"running at {spec.url}" if spec.url else f"deploy {spec.env}")
+        )
 
 
 def log_to_stderr() -> None:
@@ -73,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (KeyboardInterrupt, SystemExit) as exc:
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 130
-        print(f"rollout: interrupted after {time.perf_counter() - start:.1f} s; rerun the same command to resume; "
-              f"output: {output}")
+        print(
+            f"rollout: interrupted after {time.perf_counter() - start:.1f} s; rerun the same command to resume; "
+            f"output: {output}"
+        )
         return code
     except Exception as exc:  # a run failure: report it, keep the exit code contract
         traceback.print_exc()

@@ -36,8 +36,10 @@ def _problem(row: Any) -> str | None:
         return f"'id' must be a string or an integer, got {type(row['id']).__name__}"
     for key in ("toolsets", "envs"):
         value = row.get(key)
-        if value is not None and not isinstance(value, str) and not (
-            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if (
+            value is not None
+            and not isinstance(value, str)
+            and not (isinstance(value, list) and all(isinstance(v, str) for v in value))
         ):
             return f"'{key}' must be a name or a list of names"
     if "messages" in row and "prompt" in row:
@@ -108,7 +110,11 @@ def load_prompts(path: str, limit: int | None = None) -> list[dict[str, Any]]:
             problems.append(f"line {number}: {problem}")
     if problems:
         shown = "; ".join(problems[:MAX_REPORTED_PROBLEMS])
-        more = f" (and {len(problems) - MAX_REPORTED_PROBLEMS} more)" if len(problems) > MAX_REPORTED_PROBLEMS else ""
+        more = (
+            f" (and {len(problems) - MAX_REPORTED_PROBLEMS} more)"
+            if len(problems) > MAX_REPORTED_PROBLEMS
+            else ""
+        )
         raise PromptError(f"{path}: {len(problems)} prompt row(s) cannot be rolled out: {shown}{more}")
     if not rows:
         raise PromptError(f"{path} holds no prompts")

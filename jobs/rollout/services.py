@@ -89,7 +89,9 @@ def _token(spec: ToolServerSpec | EnvServerSpec) -> str | None:
         return None
     value = os.environ.get(spec.token_env, "")
     if not value:
-        raise ConfigError(f"'{spec.name}': token_env={spec.token_env!r} is unset or empty in the job's environment")
+        raise ConfigError(
+            f"'{spec.name}': token_env={spec.token_env!r} is unset or empty in the job's environment"
+        )
     return value
 
 
@@ -180,7 +182,9 @@ def deploy(cfg: RolloutJobConfig, embedded: bool) -> Services:
         services.urls = {name: services.base_url + route for name, route, _ in apps}
     for spec in cfg.tools:
         url = (spec.url or services.urls[spec.name]).rstrip("/")
-        services.catalog.toolsets[spec.name] = ToolServerEndpoint(spec.name, url, _token(spec), spec.timeout_s, spec.retries)
+        services.catalog.toolsets[spec.name] = ToolServerEndpoint(
+            spec.name, url, _token(spec), spec.timeout_s, spec.retries
+        )
     for spec in cfg.envs:
         url = (spec.url or services.urls[spec.name]).rstrip("/")
         services.catalog.envs[spec.name] = _env_endpoint(spec, url)
@@ -208,7 +212,9 @@ def _wait_running(names: list[str], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         statuses = serve.status().applications
-        failed = {n: statuses[n].message for n in names if n in statuses and statuses[n].status == "DEPLOY_FAILED"}
+        failed = {
+            n: statuses[n].message for n in names if n in statuses and statuses[n].status == "DEPLOY_FAILED"
+        }
         if failed:
             raise ServiceError(f"Serve could not deploy {sorted(failed)}: {failed}")
         waiting = [n for n in names if n not in statuses or statuses[n].status != "RUNNING"]
@@ -216,7 +222,9 @@ def _wait_running(names: list[str], timeout_s: float) -> None:
             return
         if time.monotonic() > deadline:
             detail = {n: statuses[n].status if n in statuses else "missing" for n in waiting}
-            raise ServiceError(f"Serve applications not running after deploy_timeout_s={timeout_s:g}: {detail}")
+            raise ServiceError(
+                f"Serve applications not running after deploy_timeout_s={timeout_s:g}: {detail}"
+            )
         time.sleep(HEALTH_POLL_S)
 
 
@@ -243,5 +251,9 @@ def _env_endpoint(spec: EnvServerSpec, url: str) -> EnvEndpoint:
     if token:
         client["headers"] = {**dict(client.get("headers") or {}), "Authorization": f"Bearer {token}"}
     return EnvEndpoint(
-        spec.name, url, client_options=client, reset_kwargs=dict(spec.reset_kwargs), retry_attempts=spec.retry_attempts
+        spec.name,
+        url,
+        client_options=client,
+        reset_kwargs=dict(spec.reset_kwargs),
+        retry_attempts=spec.retry_attempts,
     )

@@ -95,7 +95,9 @@ class RolloutSummary:
 
     def render(self) -> str:
         f = self.figures()
-        reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.stop_reasons_in_output.items(), key=lambda kv: -kv[1]))
+        reasons = ", ".join(
+            f"{k} {v}" for k, v in sorted(self.stop_reasons_in_output.items(), key=lambda kv: -kv[1])
+        )
         lines = [
             f"rollout: {f['trajectories']} new trajectories in {self.rollout_s:.1f} s on {self.engines} engine(s) "
             f"(+{self.startup_s:.1f} s engine start-up, {self.wall_s:.1f} s in all); {self.resumed} resumed from an "
@@ -157,7 +159,9 @@ def rollout_figures(tally: RolloutTally, rollout_s: float, engines: int) -> dict
         },
         "engine_busy_share": _share(activity.engine_busy_s, active),
         "engine_idle_waiting_for_tools": _share(activity.tool_wait_s, active),
-        "engine_idle_share": _share(max(0.0, engines * rollout_s - activity.engine_busy_s), engines * rollout_s),
+        "engine_idle_share": _share(
+            max(0.0, engines * rollout_s - activity.engine_busy_s), engines * rollout_s
+        ),
         "trajectory_retries": tally.retries,
         "other_share": _share(activity.other_s, active),
         "worker_utilisation": _share(active, engines * rollout_s),

@@ -7,8 +7,9 @@ from collections import Counter
 import pytest
 
 from jobs.preprocess.config import build_parser, resolve_config
-from jobs.preprocess.job import InvariantError, check_invariants, collect_stats
+from jobs.preprocess.job import InvariantError, check_invariants, collect_stats, needs_split
 from jobs.preprocess.sink import SinkResult
+from jobs.preprocess.sources import Source
 from jobs.preprocess.stages import READ_POSITION
 from jobs.preprocess.steps import ConfigError, StepSpec
 from twinkle_agentic.preprocessor.stats import StepStats
@@ -92,3 +93,17 @@ def test_row_accounting_accepts_a_consistent_run_and_rejects_lost_rows():
     wrong_ledger = sink_result(7, {("read", "malformed_json"): 1, ("HardFilter", "refusal"): 2}, stats)
     with pytest.raises(InvariantError, match="HardFilter/shallow_reply"):
         check_invariants(wrong_ledger, collect_stats(wrong_ledger, ["HardFilter"]))
+
+
+@pytest.mark.parametrize(
+    "sizes, cpus, split",
+    [
+        ([100] * 16, 2, False),  # many even shards: one read task per file keeps every CPU busy
+        ([100] * 3, 4, True),  # fewer files than CPUs
+        ([1000] + [10] * 20, 4, True),  # one file is most of the data
+        ([None] * 8, 2, False),  # sizes unknown: decide by count
+    ],
+)
+def test_records_are_re_blocked_only_when_files_alone_would_idle_cpus(sizes, cpus, split):
+    sources = [Source(i, f"f{i}.jsonl", "jsonl", size) for i, size in enumerate(sizes)]
+    assert needs_split(sources, cpus) is split

@@ -80,7 +80,7 @@ PIPELINES = {
     "dedup-last": [StepSpec("HardFilter"), StepSpec("job_steps:ShoutMapper"), StepSpec("DedupFilter")],
     "two-dedups-and-actor": [
         StepSpec("DedupFilter", {"prefix_chars": 20, "asst_chars": 20}),
-        StepSpec("job_steps:ModelStep", {"marker_dir": "MARKERS"}, actors=2),
+        StepSpec("job_steps:ModelStep", {"marker_dir": "MARKERS"}, actors=1),
         StepSpec("DedupFilter"),
         StepSpec("HardFilter", {"min_user_chars": 12}),
     ],
@@ -88,18 +88,32 @@ PIPELINES = {
 
 
 @pytest.mark.parametrize(
-    "pipeline, batch_size, partitions, output_format",
+    "pipeline, batch_size, partitions, output_format, split_records",
     [
-        ("bundled-default", 200, 2, "jsonl"),
-        ("dedup-first", 64, 1, "jsonl"),
-        ("dedup-last", 256, 3, "parquet"),
-        ("two-dedups-and-actor", 1000, 7, "jsonl"),
+        ("bundled-default", 200, 2, "jsonl", None),
+        ("dedup-first", 64, 1, "jsonl", False),
+        ("dedup-last", 256, 3, "parquet", True),
+        ("two-dedups-and-actor", 1000, 7, "jsonl", None),
     ],
 )
 def test_job_equals_one_process_run(
-    ray_local, chat_inputs, parquet_input, tmp_path, capsys, pipeline, batch_size, partitions, output_format
+    ray_local,
+    chat_inputs,
+    parquet_input,
+    tmp_path,
+    capsys,
+    monkeypatch,
+    pipeline,
+    batch_size,
+    partitions,
+    output_format,
+    split_records,
 ):
-    """Run through the CLI, as users do, and compare with the one-process run of the same config."""
+    """Run through the CLI, as users do, and compare with the one-process run of the same config.
+
+    ``split_records`` forces re-blocking the read output on or off (None: the job decides)."""
+    if split_records is not None:
+        monkeypatch.setattr("jobs.preprocess.job.needs_split", lambda sources, cpus: split_records)
     markers = tmp_path / "markers"
     markers.mkdir()
     inputs = [str(chat_inputs / "*.jsonl*"), str(parquet_input)] + (
@@ -136,9 +150,9 @@ def test_job_equals_one_process_run(
             assert ids[(source, line)] == json.loads(row)["id"]
     if pipeline == "two-dedups-and-actor":
         assert ("ModelStep", "mentions_sql") in reasons
-        # the model loaded eagerly once per actor (pool of 2), never lazily inside the job
+        # the model loaded eagerly, once, in the pool's one actor; never lazily inside the job
         job_loads = [p.name for p in markers.iterdir() if not p.name.endswith(f"-{os.getpid()}")]
-        assert 1 <= len(job_loads) <= 2 and all(n.startswith("warmup-") for n in job_loads)
+        assert len(job_loads) == 1 and job_loads[0].startswith("warmup-")
         assert [s["step"] for s in out["stats"]["steps"]] == [
             "read",
             "DedupFilter",
