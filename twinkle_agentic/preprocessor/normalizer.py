@@ -14,7 +14,13 @@ from typing import Any
 
 from .base import Mapper
 from .text import REASONING_FIELDS, has_media, message_text, normalise_tool_calls, text_of
-from .vocab.normalizer import CLINE_DENY_TAGS, HEARTBEAT_ASSISTANT, HEARTBEAT_HEAD_CHARS, HEARTBEAT_USER
+from .vocab.normalizer import (
+    CLINE_DENY_TAGS,
+    HEARTBEAT_ASSISTANT,
+    HEARTBEAT_GATES,
+    HEARTBEAT_HEAD_CHARS,
+    HEARTBEAT_USER,
+)
 
 # --- tool calls written as text --------------------------------------------------------------
 # Each parser returns ``(calls, remaining_text)`` with calls as ``(name, arguments)``, or None when
@@ -156,6 +162,63 @@ def _is_atomic(message: dict) -> bool:
     """Tool messages and assistant messages with tool calls are never merged."""
     role = message.get("role")
     return role == "tool" or (role == "assistant" and _has_calls(message))
+
+
+# --- a cheap test for rows that need no change ---------------------------------------------
+
+_CLOSING_TAG = re.compile(r"</([a-z][a-z0-9_]*)>")
+# Non-ASCII letters re.IGNORECASE equates with a letter of the heartbeat words (I, i, k).
+_CASE_EQUIVALENTS = ("\u0130", "\u0131", "\u212a")
+
+
+def _heartbeat_possible(head: str, gates: tuple[tuple[str, ...], ...]) -> bool:
+    """False only when the heartbeat regex cannot match ``head``."""
+    if head.isascii():
+        folded = head.lower()
+    elif any(c in head for c in _CASE_EQUIVALENTS):
+        return True
+    else:  # the words are ASCII: other characters can only separate them
+        folded = head.encode("ascii", "ignore").decode("ascii").lower()
+    return any(all(word in folded for word in group) for group in gates)
+
+
+def _tool_text_possible(text: str) -> bool:
+    """False only when no parser can find a call in ``text`` (a cheap literal pre-check)."""
+    if "<" in text:
+        if "<tool_call>" in text or "<<<[TOOL_REQUEST]>>>" in text:
+            return True
+        # a Cline call needs a closing tag whose name is not on the deny list
+        if "</" in text and not CLINE_DENY_TAGS.issuperset(_CLOSING_TAG.findall(text)):
+            return True
+    return "Action:" in text
+
+
+def unchanged(messages: list[dict]) -> bool:
+    """True when normalising would return ``messages`` as they are (a cheap, conservative test).
+
+    No developer role, a user/system first message, no two neighbours with the same role (nothing to
+    merge), no blank message (nothing to remove), no head that may be a heartbeat, no assistant text
+    that may hold a tool call. The text checks run once over the row's texts joined by newlines
+    (no gate word spans a newline, so joining can only add candidates).
+    """
+    previous = None
+    heads, replies = [], []
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == previous or role == "developer" or (i == 0 and role not in ("user", "system")):
+            return False
+        previous = role
+        text = message_text(m)
+        if not text or text.isspace():
+            return False
+        if role == "user":
+            heads.append(text[:HEARTBEAT_HEAD_CHARS])
+        elif role == "assistant":
+            heads.append(text[:HEARTBEAT_HEAD_CHARS])
+            replies.append(text)
+    return not (
+        _heartbeat_possible("\n".join(heads), HEARTBEAT_GATES) or _tool_text_possible("\n".join(replies))
+    )
 
 
 class MessageNormalizer(Mapper):
@@ -300,7 +363,13 @@ class MessageNormalizer(Mapper):
         messages = row.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             return row
+        if unchanged(messages):
+            return row
         normalised = self.merge_runs(self.rewrite_tool_calls(self.strip_heartbeats(messages)))
+        if len(normalised) == len(messages) and all(
+            a is b for a, b in zip(normalised, messages, strict=True)
+        ):
+            return row  # nothing changed: no copy
         return {**row, "messages": normalised}
 
     def __repr__(self) -> str:

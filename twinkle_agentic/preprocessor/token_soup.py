@@ -1,14 +1,20 @@
 """TokenSoupFilter: garbled assistant output (broken decoding, leaked special tokens, script chaos).
 
-Hot path: every count is a C-level scan (``str.count``, character-class runs, ``subn`` counts);
-the single-character-run check first samples every 10th character, since a run of 20 always
-covers two neighbouring samples, and only verifies the few candidates.
+Hot path. The filter judges all assistant texts of a batch together: the texts are concatenated
+(ASCII texts as bytes, other texts as UTF-16 code units) and one table look-up per code unit gives
+control and private-use counts and the script bucket of every letter or number, so script chaos,
+control and private-use shares are a few numpy passes per chunk. Single-character runs are found by
+sampling every ``min_run // 2``-th unit (a run covers two neighbouring samples) and verified with
+the exact regex; leaked special tokens are counted only when the text holds enough ``<``/``[``.
+Texts with astral characters take the per-text path (``is_soup``).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+
+import numpy as np
 
 from .base import INVALID_MESSAGES, Filter
 from .text import message_text, messages_of
@@ -93,6 +99,45 @@ def script_chaos(text: str, min_chars: int = 40) -> float:
     return (runs - 1) / (n - 1)
 
 
+# --- batch path: one class per UTF-16 code unit ---------------------------------------------
+
+_NOT_ALNUM_BUCKET = 15  # low 4 bits: script bucket of a letter/number; 15 for anything else
+_CONTROL, _PRIVATE, _EXEMPT = 16, 32, 64
+
+
+def _unit_classes() -> np.ndarray:
+    classes = np.full(0x10000, _NOT_ALNUM_BUCKET, dtype=np.uint8)
+    bucket = np.full(0x10000, len(SCRIPT_RANGES), dtype=np.uint8)  # "other"
+    for k, span in enumerate(SCRIPT_RANGES.values()):
+        lo, hi = (ord(c) for c in span.split("-"))
+        bucket[lo : hi + 1] = k
+    alnum = np.array([chr(c).isalnum() for c in range(0x10000)])
+    classes[alnum] = bucket[alnum]
+    classes[[*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F]] |= _CONTROL
+    classes[0xE000:0xF900] |= _PRIVATE
+    exempt = re.compile(f"[{RUN_EXEMPT}]")
+    classes[[c for c in range(0x10000) if not 0xD800 <= c < 0xE000 and exempt.match(chr(c))]] |= _EXEMPT
+    return classes
+
+
+_CLASSES = _unit_classes()
+_ASCII_CLASSES = _CLASSES[:256].copy()
+_ASCII_CLASSES[128:] = _NOT_ALNUM_BUCKET
+_CHUNK_UNITS = 1 << 16
+
+
+def _chunks(sizes: list[int]) -> list[range]:
+    out, start, total = [], 0, 0
+    for k, size in enumerate(sizes):
+        total += size
+        if total >= _CHUNK_UNITS:
+            out.append(range(start, k + 1))
+            start, total = k + 1, 0
+    if start < len(sizes):
+        out.append(range(start, len(sizes)))
+    return out
+
+
 class TokenSoupFilter(Filter):
     """Drops rows with a garbled assistant message (reason ``token_soup``).
 
@@ -166,14 +211,127 @@ class TokenSoupFilter(Filter):
             and script_chaos(text, self.script_chaos_min_chars) > self.script_chaos_threshold
         )
 
+    def prepare(self, text: str) -> str:
+        text = text.strip()
+        return text[: self.max_chars] if self.max_chars and self.max_chars > 0 else text
+
+    def soup_flags(self, texts: list[str]) -> list[bool]:
+        """``is_soup`` of every text, sharing the per-character work across the batch."""
+        texts = [self.prepare(t) for t in texts]
+        flags = [False] * len(texts)
+        ascii_idx, wide_idx, wide_units = [], [], []
+        for i, text in enumerate(texts):
+            if not text:
+                continue
+            if self._replacement_or_tokens(text):
+                flags[i] = True
+            elif text.isascii():
+                ascii_idx.append(i)
+            else:
+                units = text.encode("utf-16-le", "surrogatepass")
+                if len(units) == 2 * len(text):
+                    wide_idx.append(i)
+                    wide_units.append(units)
+                else:  # astral characters: one at a time
+                    flags[i] = self.is_soup(text)
+        for chunk in _chunks([len(texts[i]) for i in ascii_idx]):
+            idx = [ascii_idx[k] for k in chunk]
+            buf = b"".join(texts[i].encode("ascii") for i in idx)
+            self._judge(texts, idx, np.frombuffer(buf, dtype=np.uint8), _ASCII_CLASSES, flags)
+        for chunk in _chunks([len(wide_units[k]) // 2 for k in range(len(wide_idx))]):
+            idx = [wide_idx[k] for k in chunk]
+            buf = b"".join(wide_units[k] for k in chunk)
+            self._judge(texts, idx, np.frombuffer(buf, dtype=np.uint16), _CLASSES, flags)
+        return flags
+
+    def _replacement_or_tokens(self, text: str) -> bool:
+        n = len(text)
+        if (
+            self.replacement_char_ratio is not None
+            and text.count(REPLACEMENT_CHAR) / n > self.replacement_char_ratio
+        ):
+            return True
+        k = self.special_token_count
+        # every special token starts with "<" or "[", and matches never overlap
+        return (
+            k is not None and text.count("<") + text.count("[") >= k and len(SPECIAL_TOKEN.findall(text)) >= k
+        )
+
+    def _judge(
+        self, texts: list[str], idx: list[int], codes: np.ndarray, table: np.ndarray, flags: list[bool]
+    ) -> None:
+        """Control, private-use, character-run and script-chaos checks of the texts ``idx``."""
+        sizes = np.array([len(texts[i]) for i in idx])
+        firsts = np.cumsum(sizes) - sizes
+        classes = table.take(codes)
+        marks = classes & np.uint8(_CONTROL | _PRIVATE)
+        if marks.any():
+            for ratio, bit in ((self.control_char_ratio, _CONTROL), (self.private_use_ratio, _PRIVATE)):
+                if ratio is not None:
+                    counts = np.add.reduceat((marks & np.uint8(bit)) != 0, firsts, dtype=np.intp)
+                    for i, count, size in zip(idx, counts.tolist(), sizes.tolist(), strict=True):
+                        flags[i] = flags[i] or count / size > ratio
+        if self.min_char_run is not None:
+            for k in self._run_candidates(codes, classes, firsts):
+                i = idx[k]
+                flags[i] = flags[i] or has_char_run(texts[i], self.min_char_run)
+        if self.script_chaos_threshold is not None and table is _CLASSES:
+            for i, chaos in zip(idx, self._chaos(classes, firsts), strict=True):
+                flags[i] = flags[i] or chaos > self.script_chaos_threshold
+
+    def _run_candidates(self, codes: np.ndarray, classes: np.ndarray, firsts: np.ndarray) -> set[int]:
+        """Texts (positions in the chunk) that may hold a run: two equal, non-exempt samples
+        ``step`` apart with the same unit all the way between them (any run of ``2 * step`` units
+        covers two neighbouring samples, whatever the text's offset)."""
+        step = self.min_char_run // 2
+        if step < 2:
+            return set(range(len(firsts)))
+        samples = codes[::step]
+        cand = np.flatnonzero(samples[1:] == samples[:-1])
+        if cand.size:
+            cand = cand[(classes[::step].take(cand) & np.uint8(_EXEMPT)) == 0] * step
+        for k in range(1, step):
+            if not cand.size:
+                break
+            cand = cand[codes.take(cand + k) == codes.take(cand)]
+        return set((firsts.searchsorted(cand, side="right") - 1).tolist())
+
+    def _chaos(self, classes: np.ndarray, firsts: np.ndarray) -> list[float]:
+        """``script_chaos`` of every text of the chunk: bucket changes between its letters/numbers."""
+        buckets = classes & np.uint8(0x0F)
+        alnum = buckets != _NOT_ALNUM_BUCKET
+        counts = np.add.reduceat(alnum, firsts, dtype=np.intp)
+        kept = buckets[alnum]
+        changes = np.zeros(kept.size + 2, dtype=np.intp)  # changes[j + 1]: bucket changes in kept[: j + 1]
+        np.cumsum(kept[1:] != kept[:-1], out=changes[2 : kept.size + 1])
+        starts = np.cumsum(counts) - counts
+        ends = np.maximum(starts + counts - 1, starts)
+        transitions = (changes.take(ends + 1) - changes.take(starts + 1)).tolist()
+        minimum = max(self.script_chaos_min_chars, 2)
+        return [
+            t / (n - 1) if n >= minimum else 0.0 for t, n in zip(transitions, counts.tolist(), strict=True)
+        ]
+
+    def reasons(self, rows: list[dict]) -> list[str | None]:
+        plans: list[str | list[int] | None] = []
+        texts: list[str] = []
+        for row in rows:
+            messages = messages_of(row)
+            if messages is None:
+                plans.append(INVALID_MESSAGES)
+                continue
+            plans.append(
+                list(range(len(texts), len(texts) + sum(1 for m in messages if m.get("role") == "assistant")))
+            )
+            texts.extend(message_text(m) for m in messages if m.get("role") == "assistant")
+        flags = self.soup_flags(texts)
+        return [
+            plan if not isinstance(plan, list) else (TOKEN_SOUP if any(flags[k] for k in plan) else None)
+            for plan in plans
+        ]
+
     def reason(self, row: dict) -> str | None:
-        messages = messages_of(row)
-        if messages is None:
-            return INVALID_MESSAGES
-        for m in messages:
-            if m.get("role") == "assistant" and self.is_soup(message_text(m)):
-                return TOKEN_SOUP
-        return None
+        return self.reasons([row])[0]
 
     def __repr__(self) -> str:
         return (

@@ -3,6 +3,9 @@
 HEARTBEAT_USER = r"heartbeat|keep.?alive"
 HEARTBEAT_ASSISTANT = r"heartbeat"
 HEARTBEAT_HEAD_CHARS = 300
+# Literal gates on the lowercased head: a head matching HEARTBEAT_USER holds every word of one group
+# (HEARTBEAT_ASSISTANT: of the first group). Rows whose heads pass no gate skip the regexes.
+HEARTBEAT_GATES = (("heartbeat",), ("keep", "alive"))
 
 # Outer tags that are markup, roles or reasoning, never a Cline tool name.
 CLINE_DENY_TAGS = frozenset(
