@@ -1,5 +1,6 @@
 """Fixtures of the asynchronous-rollout tests: one vLLM async engine of the tiny model for the session,
-and tests/vllm on the import path (its scripted sampler and token checks are shared)."""
+and tests/vllm and tests/farm on the import path (the scripted sampler, the token checks and the job
+settings are shared)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))  # scripted.py, checks.py
+TESTS = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(TESTS / "vllm"), str(TESTS / "farm")]  # scripted.py, checks.py; farm_settings.py
 
 
 @pytest.fixture(scope="session")

@@ -9,13 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+from farm_settings import job_settings
 
 from actors.activity import Activity, ToolCallTiming
 from jobs.rollout.config import ConfigError, config_from_mapping
 from jobs.rollout.summary import RolloutTally, rollout_figures
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEMO_PROMPTS = REPO_ROOT / "data" / "sample" / "rollout_prompts.jsonl"
 MODE_OPTIONS = {
     "tool_limits": {"get_weather": {"max_concurrency": 2, "timeout_s": 30}},
     "default_tool_limit": {"timeout_s": 30},
@@ -24,29 +23,14 @@ MODE_OPTIONS = {
 
 
 def settings(tmp_path: Path, serve_port: int, **overrides) -> dict:
+    """The farm tests' job config in async mode: the first six demo prompts (weather), the demo tools only,
+    batches of three (two on the worker at once: inflight_per_worker=2)."""
     return {
-        "prompts": str(DEMO_PROMPTS),
-        "output": str(tmp_path / "rollout"),
-        "limit": 6,  # the first six demo prompts ask for the weather
+        **job_settings(tmp_path, serve_port, limit=6),
         "mode": "async",
         "mode_options": MODE_OPTIONS,
-        "engines": 1,
-        "engine": {"num_cpus": 1, "max_model_len": 512, "kv_cache_space_gb": 1},
-        "sampling": {"temperature": 0.0, "max_tokens": 48},
-        "max_turns": 4,
-        "batch_size": 3,  # two batches, both on the worker at once (inflight_per_worker=2)
-        "serve_port": serve_port,
-        "ready_timeout_s": 600,
-        "progress": False,
-        "tools": [
-            {
-                "name": "demo_tools",
-                "tools": ["twinkle_agentic.demo.tools:demo_tools"],
-                "deployment": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.1}},
-                "user_config": {"call_timeout_s": 30, "max_concurrent_calls": 8},
-                "timeout_s": 30,
-            }
-        ],
+        "batch_size": 3,
+        "envs": [],
         **overrides,
     }
 

@@ -136,20 +136,26 @@ def test_trajectories_advance_without_a_turn_barrier(tiny_template):
     assert stats.final_timing(0).generations[1][0] >= paris_tool_end
 
 
-def test_per_tool_concurrency_limit_and_defaults(tiny_template):
-    lock, active, peak = threading.Lock(), [0], [0]
+class ConcurrencyProbe:
+    """A slow tool body that records how many of its calls ran at once (``peak``)."""
 
-    def slow(arguments):
-        with lock:
-            active[0] += 1
-            peak[0] = max(peak[0], active[0])
-        time.sleep(0.05)
-        with lock:
-            active[0] -= 1
+    def __init__(self, seconds: float):
+        self.seconds, self.lock, self.active, self.peak = seconds, threading.Lock(), 0, 0
+
+    def __call__(self, arguments):
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        time.sleep(self.seconds)
+        with self.lock:
+            self.active -= 1
         return "done"
 
+
+def test_per_tool_concurrency_limit_and_defaults(tiny_template):
+    probe = ConcurrencyProbe(0.05)
     manager = ToolManager(
-        [NamedTool("get_weather", slow)]
+        [NamedTool("get_weather", probe)]
         + [t for t in demo_tools() if t.tool_info()["function"]["name"] == "calculator"]
     )
     ro, _ = async_rollout(tiny_template, manager, tool_limits={"get_weather": {"max_concurrency": 2}})
@@ -158,7 +164,7 @@ def test_per_tool_concurrency_limit_and_defaults(tiny_template):
     ]
     results, stats = ro.run_with_stats(inputs)
     assert all(r["stop_reason"] == "stop" for r in results)
-    assert peak[0] == 2 and stats.tools.tools["get_weather"].max_in_flight == 2
+    assert probe.peak == 2 and stats.tools.tools["get_weather"].max_in_flight == 2
     assert stats.tools.tools["get_weather"].calls == 8 and stats.tools.tools["calculator"].calls == 1
     assert ro.tool_limits.of("get_weather").timeout_s == 60.0  # missing keys take the default's values
 
@@ -415,20 +421,10 @@ def test_a_sampler_without_async_generate_is_refused(tiny_template):
 
 
 def test_concurrent_calls_share_the_tool_limits(tiny_template):
-    lock, active, peak = threading.Lock(), [0], [0]
-
-    def slow(arguments):
-        with lock:
-            active[0] += 1
-            peak[0] = max(peak[0], active[0])
-        time.sleep(0.03)
-        with lock:
-            active[0] -= 1
-        return "ok"
-
+    probe = ConcurrencyProbe(0.03)
     ro, _ = async_rollout(
         tiny_template,
-        ToolManager([NamedTool("get_weather", slow)]),
+        ToolManager([NamedTool("get_weather", probe)]),
         tool_limits={"get_weather": {"max_concurrency": 1}},
     )
     outputs = []
@@ -442,7 +438,7 @@ def test_concurrent_calls_share_the_tool_limits(tiny_template):
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert len(outputs) == 3 and peak[0] == 1
+    assert len(outputs) == 3 and probe.peak == 1
     assert all(r["stop_reason"] == "stop" for out in outputs for r in out)
     ro.close()
 

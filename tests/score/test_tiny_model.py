@@ -34,9 +34,10 @@ def trained_dialogues(n: int, seed: int = 7) -> list[dict]:
     return [{"messages": e.messages, "tools": e.tools} for e in episodes]
 
 
-def random_answer(rng: random.Random, n_words: int = 8) -> str:
-    """Tokens in random order: nothing in the context (or in language) predicts them."""
-    words = ["zebra", "quartz", "%", "vortex", "9", "plinth", "&", "kelp", "oblong", "7", "mauve", "jigsaw"]
+def random_answer(rng: random.Random, n_words: int = 16) -> str:
+    """Words in random order: nothing in the context (or in language) predicts them. No digits: the
+    calculator contexts teach the model to copy numbers, so random digits would look half-predictable."""
+    words = ["zebra", "quartz", "vortex", "plinth", "kelp", "oblong", "mauve", "jigsaw", "fjord", "wombat"]
     return " ".join(rng.choice(words) for _ in range(n_words))
 
 
@@ -113,16 +114,15 @@ def test_trained_rounds_rank_easy_and_random_answers_hard(backend):
             e["scores"],
             h["scores"],
         )
-    assert max(r["scores"]["sifd"]["score"] for r in easy) < min(r["scores"]["sifd"]["score"] for r in hard)
-    assert max(r["scores"]["chr_min"]["score"] for r in hard) < min(
+    # across contexts only ChrMin separates the groups: IFD's scale depends on how much the context
+    # (weather vs calculator) helps any answer, so SIFD is compared within a context above
+    assert max(r["scores"]["chr_min"]["score"] for r in hard) < 0.65 < min(
         r["scores"]["chr_min"]["score"] for r in easy
     )
-    # thresholds between the two groups keep the hard rounds and drop the easy ones (as SPEC's rules say:
-    # ChrMin keeps scores below its threshold, SIFD keeps IFDs at or above its threshold)
+    # a threshold between the two groups keeps the hard rounds and drops the easy ones (SPEC: ChrMin keeps
+    # scores below its threshold); an observe-only SIFD beside it changes nothing
     rows = final_round_rows(dialogues, hard=False) + final_round_rows(dialogues, hard=True)
-    kept, dropped = ScoreFilter(
-        [SIFDScorer(ifd_threshold=0.25), ChrMinScorer(threshold=0.8)], backend=backend
-    )(rows)
+    kept, dropped = ScoreFilter([SIFDScorer(), ChrMinScorer(threshold=0.65)], backend=backend)(rows)
     assert sorted(r["id"] for r in kept) == sorted(r["id"] for r in rows if r["id"].startswith("hard"))
     assert {r["drop_reason"] for r in dropped} == {"score_all_rounds_failed"} and len(dropped) == len(
         dialogues
