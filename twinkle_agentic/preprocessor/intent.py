@@ -19,12 +19,12 @@ from .batch import to_rows
 from .text import message_text, messages_of, normalise_tool_calls, reasoning_of, split_think
 from .vocab.intent import (
     CODE_FENCE,
+    CODE_FENCE_MIN_CHARS,
     CODE_KEYWORDS,
     DISSATISFACTION_EN,
     DISSATISFACTION_ZH,
     LOGIC_MARKERS,
     MATH_PATTERNS,
-    MATH_SYMBOLS,
     REASONING_MIN_CHARS,
 )
 
@@ -46,15 +46,22 @@ _LEADING_CLASSES = {r"\d": "0123456789", "[a-z]": "abcdefghijklmnopqrstuvwxyz"}
 
 
 def _literal_first(fragment: str) -> list[str]:
-    """Rewrite a fragment so it starts with a literal: ``\\bword`` -> ``w(?<!\\w.)ord``, classes expanded."""
-    if not fragment.startswith(r"\b"):
-        return [fragment]
-    body = fragment[2:]
+    """Rewrite a fragment so it starts with a literal.
+
+    ``\\bword`` becomes ``w(?<!\\w.)ord``; a leading ``\\d``/``[a-z]`` (after an optional ``\\b``)
+    is expanded into one alternative per character (``\\d+`` into ``0\\d*``, ``1\\d*``...).
+    """
+    boundary = fragment.startswith(r"\b")
+    body = fragment[2:] if boundary else fragment
+    guard = r"(?<!\w.)" if boundary else ""
     for cls, chars in _LEADING_CLASSES.items():
         if body.startswith(cls):
-            return [f"{c}(?<!\\w.){body[len(cls):]}" for c in chars]
-    if body[:1].isalnum():
-        return [f"{body[0]}(?<!\\w.){body[1:]}"]
+            rest = body[len(cls) :]
+            if rest.startswith("+"):
+                rest = cls + "*" + rest[1:]
+            return [f"{c}{guard}{rest}" for c in chars]
+    if boundary and body[:1].isalnum():
+        return [f"{body[0]}{guard}{body[1:]}"]
     return [fragment]
 
 
@@ -73,10 +80,10 @@ def _fast_join(fragments: Sequence[str], flags: int = 0) -> re.Pattern[str]:
     return re.compile("|".join(branches), flags)
 
 
-def _visible(message: dict) -> str:
-    """Message text with think blocks removed (detectors judge what the user saw)."""
-    text = message_text(message)
-    return split_think(text)[1] if "<" in text else text
+def has_fenced_block(text: str) -> bool:
+    """A fence, at least ``CODE_FENCE_MIN_CHARS`` characters of anything, then a fence."""
+    start = text.find(CODE_FENCE)
+    return start >= 0 and text.find(CODE_FENCE, start + len(CODE_FENCE) + CODE_FENCE_MIN_CHARS) >= 0
 
 
 class IntentDetector:
@@ -130,11 +137,11 @@ class RegexDetector(IntentDetector):
         for i, m in enumerate(messages):
             role = m.get("role")
             if role == "assistant":
-                if pending or self.matches(_visible(m)):
+                if pending or self.matches(message_text(m)):
                     found.add(i)
                 pending = False
             elif role == "user" and not self.assistant_only and not pending:
-                pending = self.matches(_visible(m))
+                pending = self.matches(message_text(m))
         return sorted(found)
 
     def __repr__(self) -> str:
@@ -146,15 +153,12 @@ class CodeDetector(RegexDetector):
 
     intent = INTENT_CODE
     pattern = _fast_join(CODE_KEYWORDS)
-    fence = re.compile(CODE_FENCE, re.DOTALL)
 
     def __init__(self, threshold: int = 3) -> None:
         super().__init__(threshold)
 
     def matches(self, text: str) -> bool:
-        if "```" in text and self.fence.search(text):
-            return True
-        return super().matches(text)
+        return has_fenced_block(text) or super().matches(text)
 
 
 class MathDetector(RegexDetector):
@@ -162,16 +166,6 @@ class MathDetector(RegexDetector):
 
     intent = INTENT_MATH
     pattern = _fast_join(MATH_PATTERNS)
-    symbols = re.compile(f"[{MATH_SYMBOLS}]")  # a separate character-class scan is far cheaper
-    lowercase = True
-
-    def matches(self, text: str) -> bool:
-        symbol_hits = sum(1 for _ in itertools.islice(self.symbols.finditer(text), self.threshold))
-        if symbol_hits >= self.threshold:
-            return True
-        text = text.lower()
-        rest = itertools.islice(self.pattern.finditer(text), self.threshold - symbol_hits)
-        return symbol_hits + sum(1 for _ in rest) >= self.threshold
 
     def __init__(self, threshold: int = 4) -> None:
         super().__init__(threshold)
