@@ -8,7 +8,6 @@ means for a user who reruns a job or splits it over a cluster.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -36,7 +35,9 @@ def conversation_rows(records: list[dict]) -> list[dict]:
 
 def originals(records: list[dict]) -> set[str]:
     """Labelled values long enough to be unambiguous as substrings of a whole output line."""
-    return {r["text"][s["start"] : s["end"]] for r in records for s in r["spans"] if s["end"] - s["start"] >= 6}
+    return {
+        r["text"][s["start"] : s["end"]] for r in records for s in r["spans"] if s["end"] - s["start"] >= 6
+    }
 
 
 def test_pii_runs_as_an_actor_pool_stage_and_matches_one_process(ray_local, eval_records, tmp_path, capsys):
@@ -51,13 +52,15 @@ def test_pii_runs_as_an_actor_pool_stage_and_matches_one_process(ray_local, eval
     source = tmp_path / "pii_rows.jsonl"
     source.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     config = tmp_path / "pipeline.yaml"
-    config.write_text(yaml.safe_dump({"steps": [{"PIIPresidioFilter": {"languages": ["en", "zh"]}, "actors": 1}]}))
+    config.write_text(
+        yaml.safe_dump({"steps": [{"PIIPresidioFilter": {"languages": ["en", "zh"]}, "actors": 1}]})
+    )
     out = tmp_path / "out"
     argv = ["--config", str(config), "--input", str(source), "--output", str(out), "--no-progress"]
     argv += ["--batch-size", "16"]
 
     assert main(argv) == 0
-    assert "kept {:,}, dropped 0".format(len(rows)) in capsys.readouterr().out
+    assert f"kept {len(rows):,}, dropped 0" in capsys.readouterr().out
 
     kept_lines = [line for p in sorted((out / "kept").glob("*.jsonl")) for line in p.read_text().splitlines()]
     assert len(kept_lines) == len(rows)
