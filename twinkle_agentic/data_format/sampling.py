@@ -69,10 +69,11 @@ class SamplingParams:
         stop = self.stop
         if stop is None or isinstance(stop, str):
             return
-        if isinstance(stop, (list, tuple)):
-            if all(isinstance(s, str) for s in stop) or all(_is_int(s) and s >= 0 for s in stop):
-                self.stop = list(stop)
-                return
+        if isinstance(stop, (list, tuple)) and (
+            all(isinstance(s, str) for s in stop) or all(_is_int(s) and s >= 0 for s in stop)
+        ):
+            self.stop = list(stop)
+            return
         raise self._error("stop", "must be a str, a list of str or a list of token ids (not mixed)")
 
     @property
