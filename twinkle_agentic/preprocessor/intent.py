@@ -10,12 +10,13 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..data_format import pack_value, user_data_set
 from .base import INVALID_ROW, drop
 from .batch import to_rows
+from .re2_batch import TextBatch, boundary_probes, needs_python, to_re2
 from .text import message_text, messages_of, normalise_tool_calls, reasoning_of, split_think
 from .vocab.intent import (
     CODE_FENCE,
@@ -36,48 +37,7 @@ INTENT_REASONING = "reasoning"
 INTENT_USER_DISSATISFACTION = "user_dissatisfaction"
 INTENT_OTHER = "other"
 NO_KEY_ROUNDS = "no_key_rounds"
-
-
-def _join(fragments: Sequence[str], flags: int = 0) -> re.Pattern[str]:
-    return re.compile("|".join(f"(?:{f})" for f in fragments), flags)
-
-
-_LEADING_CLASSES = {r"\d": "0123456789", "[a-z]": "abcdefghijklmnopqrstuvwxyz"}
-
-
-def _literal_first(fragment: str) -> list[str]:
-    """Rewrite a fragment so it starts with a literal.
-
-    ``\\bword`` becomes ``w(?<!\\w.)ord``; a leading ``\\d``/``[a-z]`` (after an optional ``\\b``)
-    is expanded into one alternative per character (``\\d+`` into ``0\\d*``, ``1\\d*``...).
-    """
-    boundary = fragment.startswith(r"\b")
-    body = fragment[2:] if boundary else fragment
-    guard = r"(?<!\w.)" if boundary else ""
-    for cls, chars in _LEADING_CLASSES.items():
-        if body.startswith(cls):
-            rest = body[len(cls) :]
-            if rest.startswith("+"):
-                rest = cls + "*" + rest[1:]
-            return [f"{c}{guard}{rest}" for c in chars]
-    if boundary and body[:1].isalnum():
-        return [f"{body[0]}{guard}{body[1:]}"]
-    return [fragment]
-
-
-def _fast_join(fragments: Sequence[str], flags: int = 0) -> re.Pattern[str]:
-    """One alternation whose branches start with distinct literals, grouped by that first character.
-
-    The engine then jumps straight to candidate characters and tries one branch there, instead of
-    trying every alternative at every position.
-    """
-    groups: dict[str, list[str]] = {}
-    for fragment in fragments:
-        for alt in _literal_first(fragment):
-            head = alt[:2] if alt.startswith("\\") else alt[0]
-            groups.setdefault(head, []).append(alt[len(head) :])
-    branches = [head + (f"(?:{'|'.join(tails)})" if len(tails) > 1 else tails[0]) for head, tails in groups.items()]
-    return re.compile("|".join(branches), flags)
+SCANNED_ROLES = ("user", "assistant")
 
 
 def has_fenced_block(text: str) -> bool:
@@ -113,36 +73,82 @@ class ToolCallDetector(IntentDetector):
         ]
 
 
-class RegexDetector(IntentDetector):
-    """Counts regex hits per user/assistant message; a user hit claims the next assistant index."""
+class TextDetector(IntentDetector):
+    """A detector that judges each user/assistant text on its own, then claims rounds from the verdicts.
 
-    pattern: re.Pattern[str]
+    ``judge_many`` gives the same verdicts as ``judge`` for a whole batch of texts at once;
+    :class:`IntentClassifier` calls it once per batch with every user and assistant text.
+    """
+
+    def judge(self, text: str) -> bool:
+        raise NotImplementedError
+
+    def judge_many(self, batch: TextBatch) -> list[bool]:
+        return [self.judge(t) for t in batch.texts]
+
+    def claim(self, roles: Sequence[str | None], verdicts: Sequence[bool]) -> list[int]:
+        """Assistant indices claimed, given each message's role and verdict (None: not scanned)."""
+        raise NotImplementedError
+
+    def __call__(self, messages: list[dict]) -> list[int]:
+        roles = [m.get("role") for m in messages]
+        texts = [message_text(m) if r in SCANNED_ROLES else "" for m, r in zip(messages, roles, strict=True)]
+        return self.claim(roles, self.judge_many(TextBatch(texts)))
+
+
+class RegexDetector(TextDetector):
+    """At least ``threshold`` hits of one regex in a message; a user hit claims the next assistant.
+
+    Subclasses give ``fragments`` (joined into one alternation, so hits never overlap) and ``flags``.
+    Batches are counted with RE2 (:mod:`.re2_batch`), texts RE2 cannot judge exactly with ``re``.
+    """
+
+    fragments: Sequence[str] = ()
+    flags = 0
     assistant_only = False
-    lowercase = False  # match lower() text (case-insensitive without re.IGNORECASE, which is slow)
+    # Below this many characters in a batch ``re`` is cheaper than compiling the RE2 pattern (~1-3 ms).
+    re2_min_chars = 4_000
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        source = "|".join(f"(?:{f})" for f in cls.fragments)
+        cls.pattern = re.compile(source, cls.flags)
+        inline = ("i" if cls.flags & re.IGNORECASE else "") + ("s" if cls.flags & re.DOTALL else "")
+        cls.re2_pattern = (f"(?{inline})" if inline else "") + to_re2(source)
+        cls.probes = boundary_probes(cls.fragments, cls.flags)
 
     def __init__(self, threshold: int) -> None:
         if threshold < 1:
             raise ValueError(f"{type(self).__name__} threshold must be >= 1, got {threshold}")
         self.threshold = threshold
 
-    def matches(self, text: str) -> bool:
-        if self.lowercase:
-            text = text.lower()
-        hits = itertools.islice(self.pattern.finditer(text), self.threshold)
-        return sum(1 for _ in hits) >= self.threshold
+    def hits(self, text: str) -> int:
+        """Regex hits, counted up to ``threshold``."""
+        return sum(1 for _ in itertools.islice(self.pattern.finditer(text), self.threshold))
 
-    def __call__(self, messages: list[dict]) -> list[int]:
-        found: set[int] = set()
+    def judge(self, text: str) -> bool:
+        return self.hits(text) >= self.threshold
+
+    def judge_many(self, batch: TextBatch) -> list[bool]:
+        if sum(map(len, batch.texts)) < self.re2_min_chars:
+            return super().judge_many(batch)
+        verdicts = [n >= self.threshold for n in batch.counts(self.re2_pattern)]
+        for i, junctions in batch.junctions().items():
+            if needs_python(batch.texts[i], junctions, self.probes):
+                verdicts[i] = self.judge(batch.texts[i])
+        return verdicts
+
+    def claim(self, roles: Sequence[str | None], verdicts: Sequence[bool]) -> list[int]:
+        found: list[int] = []
         pending = False  # a user message matched; claim the next assistant
-        for i, m in enumerate(messages):
-            role = m.get("role")
+        for i, role in enumerate(roles):
             if role == "assistant":
-                if pending or self.matches(message_text(m)):
-                    found.add(i)
+                if pending or verdicts[i]:
+                    found.append(i)
                 pending = False
             elif role == "user" and not self.assistant_only and not pending:
-                pending = self.matches(message_text(m))
-        return sorted(found)
+                pending = verdicts[i]
+        return found
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(threshold={self.threshold})"
@@ -152,31 +158,36 @@ class CodeDetector(RegexDetector):
     """A fenced block with >= 10 characters inside, or >= ``threshold`` code keyword hits."""
 
     intent = INTENT_CODE
-    pattern = _fast_join(CODE_KEYWORDS)
+    fragments = CODE_KEYWORDS
+    re2_min_chars = 20_000
 
     def __init__(self, threshold: int = 3) -> None:
         super().__init__(threshold)
 
-    def matches(self, text: str) -> bool:
-        return has_fenced_block(text) or super().matches(text)
+    def judge(self, text: str) -> bool:
+        return has_fenced_block(text) or super().judge(text)
+
+    def judge_many(self, batch: TextBatch) -> list[bool]:
+        verdicts = super().judge_many(batch)
+        return [v or has_fenced_block(t) for v, t in zip(verdicts, batch.texts, strict=True)]
 
 
 class MathDetector(RegexDetector):
-    """>= ``threshold`` hits of LaTeX, math symbols, equations or math vocabulary."""
+    """>= ``threshold`` hits of LaTeX, math symbols, equations or math vocabulary (case-sensitive)."""
 
     intent = INTENT_MATH
-    pattern = _fast_join(MATH_PATTERNS)
+    fragments = MATH_PATTERNS
 
     def __init__(self, threshold: int = 4) -> None:
         super().__init__(threshold)
 
 
 class ComplexLogicDetector(RegexDetector):
-    """>= ``threshold`` discourse markers (ZH/EN) in an assistant message."""
+    """>= ``threshold`` discourse markers (ZH/EN, case-insensitive) in an assistant message."""
 
     intent = INTENT_COMPLEX_LOGIC
-    pattern = _fast_join(LOGIC_MARKERS, re.DOTALL)
-    lowercase = True
+    fragments = LOGIC_MARKERS
+    flags = re.IGNORECASE | re.DOTALL
     assistant_only = True
 
     def __init__(self, threshold: int = 6) -> None:
@@ -205,28 +216,32 @@ class ReasoningDetector(IntentDetector):
         return found
 
 
-class UserDissatisfactionDetector(IntentDetector):
+class UserDissatisfactionDetector(RegexDetector):
     """A user message after some assistant reply that complains; claims the next assistant index."""
 
     intent = INTENT_USER_DISSATISFACTION
-    pattern = re.compile(
-        "|".join(f"(?:{p})" for p in DISSATISFACTION_EN + DISSATISFACTION_ZH), re.IGNORECASE
-    )
+    fragments = (*DISSATISFACTION_EN, *DISSATISFACTION_ZH)
+    flags = re.IGNORECASE
 
-    def __call__(self, messages: list[dict]) -> list[int]:
+    def __init__(self) -> None:
+        super().__init__(1)
+
+    def claim(self, roles: Sequence[str | None], verdicts: Sequence[bool]) -> list[int]:
         found = []
         seen_assistant = False
         pending = False
-        for i, m in enumerate(messages):
-            role = m.get("role")
+        for i, role in enumerate(roles):
             if role == "assistant":
                 if pending:
                     found.append(i)
                     pending = False
                 seen_assistant = True
             elif role == "user" and seen_assistant and not pending:
-                pending = self.pattern.search(message_text(m)) is not None
+                pending = verdicts[i]
         return found
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
 
 def default_detectors() -> list[IntentDetector]:
@@ -269,15 +284,20 @@ class IntentClassifier:
 
     def classify(self, messages: Any) -> tuple[str, dict[int, str]]:
         """``(primary_intent, {assistant_index: intent})`` for one message list."""
-        messages = messages if isinstance(messages, list) else None
-        if messages is not None:
-            messages = messages_of({"messages": messages})
+        messages = self._messages(messages)
         if not messages:
             return INTENT_OTHER, {}
+        return self._combine(detector(messages) for detector in self.detectors)
+
+    @staticmethod
+    def _messages(messages: Any) -> list[dict] | None:
+        return messages_of({"messages": messages}) if isinstance(messages, list) else None
+
+    def _combine(self, claims: Iterable[list[int]]) -> tuple[str, dict[int, str]]:
+        """Combine the detectors' claims in order; stops after a definitive detector that claimed."""
         rounds: dict[int, str] = {}
         order: dict[str, int] = {}
-        for rank, detector in enumerate(self.detectors):
-            claimed = detector(messages)
+        for (rank, detector), claimed in zip(enumerate(self.detectors), claims, strict=False):  # lazy
             for idx in claimed:
                 rounds.setdefault(idx, detector.intent)
             order.setdefault(detector.intent, rank)
@@ -289,8 +309,43 @@ class IntentClassifier:
         primary = min(counts, key=lambda intent: (-counts[intent], order.get(intent, len(order))))
         return primary, dict(sorted(rounds.items()))
 
-    def annotate(self, row: dict) -> dict:
-        primary, rounds = self.classify(row.get("messages"))
+    def classify_many(self, messages_list: Sequence[Any]) -> list[tuple[str, dict[int, str]]]:
+        """``classify`` for many message lists: text detectors judge all texts of the batch at once."""
+        lists = [self._messages(m) for m in messages_list]
+        roles = [[m.get("role") for m in msgs] if msgs else [] for msgs in lists]
+        texts = [
+            message_text(m)
+            for msgs, rs in zip(lists, roles, strict=True)
+            if msgs
+            for m, r in zip(msgs, rs, strict=True)
+            if r in SCANNED_ROLES
+        ]
+        batch = TextBatch(texts)
+        verdicts = [d.judge_many(batch) if isinstance(d, TextDetector) else None for d in self.detectors]
+        out: list[tuple[str, dict[int, str]]] = []
+        k = 0  # index of the row's first scanned text in the batch
+        for msgs, rs in zip(lists, roles, strict=True):
+            if not msgs:
+                out.append((INTENT_OTHER, {}))
+                continue
+            scanned = [i for i, r in enumerate(rs) if r in SCANNED_ROLES]
+
+            def claims(msgs: list[dict] = msgs, rs: list = rs, scanned: list[int] = scanned, k: int = k):
+                for detector, judged in zip(self.detectors, verdicts, strict=True):
+                    if judged is None:
+                        yield detector(msgs)
+                        continue
+                    row_verdicts: list[bool | None] = [None] * len(rs)
+                    for j, i in enumerate(scanned):
+                        row_verdicts[i] = judged[k + j]
+                    yield detector.claim(rs, row_verdicts)
+
+            out.append(self._combine(claims()))
+            k += len(scanned)
+        return out
+
+    def annotate(self, row: dict, classified: tuple[str, dict[int, str]] | None = None) -> dict:
+        primary, rounds = classified if classified is not None else self.classify(row.get("messages"))
         out = dict(row)
         out[self.intent_field] = primary
         key_rounds = list(rounds)
@@ -300,17 +355,24 @@ class IntentClassifier:
             items = user_data_set(user_data, "key_rounds", key_rounds)
             out["user_data"] = user_data_set(items, "intents", intents)
         elif isinstance(user_data, dict):
-            out["user_data"] = {**user_data, "key_rounds": pack_value(key_rounds), "intents": pack_value(intents)}
+            out["user_data"] = {
+                **user_data,
+                "key_rounds": pack_value(key_rounds),
+                "intents": pack_value(intents),
+            }
         return out
 
     def __call__(self, rows: Any) -> tuple[list[dict], list[dict]]:
+        rows = to_rows(rows)
+        valid = [row for row in rows if isinstance(row, dict)]
+        classified = iter(self.classify_many([row.get("messages") for row in valid]))
         kept: list[dict] = []
         dropped: list[dict] = []
-        for row in to_rows(rows):
+        for row in rows:
             if not isinstance(row, dict):
                 dropped.append(drop(row, INVALID_ROW))
                 continue
-            out = self.annotate(row)
+            out = self.annotate(row, next(classified))
             if self.drop_no_key_rounds and out[self.intent_field] == INTENT_OTHER:
                 dropped.append(drop(out, NO_KEY_ROUNDS))
             else:

@@ -1,9 +1,8 @@
 """IntentClassifier: what each detector counts. Every list is joined into one regex per detector.
 
-Fragments start with a literal, ``\\b`` + a literal, or ``\\b`` + ``\\d``/``[a-z]``; the classifier
-rewrites the leading ``\\b`` into a look-behind after the first character and expands leading classes,
-so every alternative starts with a literal and the regex engine can skip to candidate characters.
-Math and logic match lowercased text.
+Fragments use Python syntax restricted so that ``re2_batch.to_re2`` can translate them (no look-behind,
+``(?=\\w)`` only after a non-word character, no ``\\w``/``\\s`` inside character classes). The
+vocabularies, bounds and spacing rules were aligned with upstream by black-box probing.
 """
 
 # Code: a fenced block with >= 10 characters inside counts at once; otherwise keyword hits.
@@ -18,14 +17,14 @@ CODE_WORDS = (
     "break", "continue", "catch", "throw", "throws",
 )  # fmt: skip
 CODE_KEYWORDS = (
-    *(rf"\b{w} (?=\w)" for w in CODE_WORDS),  # a keyword followed by a name
+    rf"\b(?:{'|'.join(CODE_WORDS)}) (?=\w)",  # a keyword followed by a name (one group: RE2's DFA stays small)
     r"\bprintln\b",
     r"\bconsole\.log\b",
     r"\bif \((?=\w)",
     r"#include\s*[<\"]",
-    r"\((?<=\w\()[^()\n]*\)\s*\{",  # name(...) {
+    r"[A-Za-z_]\w*\([^()\n]*\)\s*\{",  # name(...) {
     r"=>\s*\{",
-    r"->\s*[A-Za-z_][\w\[\], ]*",  # -> Type
+    r"->\s*[A-Za-z_](?:\w|[\[\], ])*",  # -> Type
 )
 
 # Math: notation and vocabulary, case-sensitive, in one alternation (so a notation hit, e.g. a
@@ -34,11 +33,12 @@ MATH_SYMBOLS = (
     "∑∫∏√∞≈≠≤≥±∂∇∈⊂⊆⊃⊇∝≡≅×÷⇒⇔°αβγδεζηθικλμνξοπρστυφχψωΔΘΛΞΠΣΦΨΩ"
     "⁰¹²³⁴⁵⁶⁷⁸⁹₀₁₂₃₄₅₆₇₈₉½⅓⅔¼¾⅛⅜⅝⅞"
 )
+# LaTeX commands: a prefix is enough (\fracx counts, as upstream).
 MATH_LATEX = (
     "frac", "sqrt", "sum", "int", "prod", "lim", "alpha", "beta", "gamma", "theta", "lambda", "mu",
     "pi", "sigma", "infty", "cdot", "times", "div", "leq", "geq", "neq", "approx", "equiv", "pm",
     "partial", "nabla", "mathbb", "mathrm", "overline", "rightarrow", "to",
-)  # fmt: skip  (a prefix is enough: \fracx counts)
+)  # fmt: skip
 MATH_WORDS_EN = (
     "equation", "derivative", "integral", "theorem", "lemma", "corollary", "axiom", "proof",
     "polynomial", "matrix", "vector", "eigenvector", "eigenvalue", "determinant", "gradient",
@@ -67,17 +67,22 @@ MATH_PATTERNS = (
     r"\\subset\b",
     r"\d+\s*[-+*/×÷]\s*\d+\s*=\s*\d+",  # a op b = c
     r"\d+(?:\s*,\s*\d+){3}",  # four comma-separated integers
-    # x = -3, y=7: anchored on "=" (a letter-first branch would make every letter a candidate)
-    r"=(?:(?<=[A-Za-z]=)|(?<=[A-Za-z]\s=)|(?<=[A-Za-z]\s\s=)|(?<=[A-Za-z]\s\s\s=))\s*-?\d",
-    r"_(?<=\w_)\{[^}]+\}",  # x_{i}
-    r"\^(?<=\w\^)\{[^}]+\}",  # x^{2}
-    *(rf"\b{w}\b" for w in MATH_WORDS_EN),
+    r"[A-Za-z]\s*=\s*-?\d",  # x = -3, y=7
+    r"\w[_^]\{[^}]+\}",  # x_{i}, x^{2}
+    rf"\b(?:{'|'.join(MATH_WORDS_EN)})\b",
     *MATH_WORDS_ZH,
-    *MATH_SYMBOLS,
+    f"[{MATH_SYMBOLS}]",
 )
 
-# Complex logic: discourse markers (assistant messages only; lowercased text, "." matches newlines).
+# Complex logic: discourse markers (assistant messages only; case-insensitive, "." matches newlines).
 # Bounds and single spaces as upstream (probed); 首先…其次 is greedy and unbounded, as upstream.
+LOGIC_WORDS_EN = (
+    "first", "firstly", "second", "secondly", "third", "thirdly", "finally", "moreover",
+    "furthermore", "therefore", "thus", "hence", "consequently", "accordingly", "overall",
+    "in addition", "as a result", "on the other hand", "on the one hand", "on one hand",
+    "in conclusion", "to conclude", "in summary", "to summarize", "all things considered",
+    "pros and cons", "advantages and disadvantages", "trade-?offs?",
+)  # fmt: skip
 LOGIC_MARKERS = (
     r"首先.{4,}其次",
     r"如果.{1,29}[，,]\s*那么",
@@ -85,31 +90,20 @@ LOGIC_MARKERS = (
     r"由于.{2,40}因此",
     r"之所以.{2,30}是因为",
     "综上", "总而言之", "综合来看", "相比之下", "由此可见", "优缺点", "利弊", "权衡",
-    *(
-        rf"\b{w}\b"
-        for w in (
-            "first", "firstly", "second", "secondly", "third", "thirdly", "finally", "moreover",
-            "furthermore", "therefore", "thus", "hence", "consequently", "accordingly", "overall",
-            "in addition", "as a result", "on the other hand", "on the one hand", "on one hand",
-            "in conclusion", "to conclude", "in summary", "to summarize", "all things considered",
-            "pros and cons", "advantages and disadvantages", "trade-?offs?",
-        )
-    ),  # fmt: skip
+    rf"\b(?:{'|'.join(LOGIC_WORDS_EN)})\b",
     r"\bif .{5,30} then\b",
 )
 
 # User dissatisfaction with a previous answer (case-insensitive; single spaces as upstream).
+DISSATISFACTION_WORDS_EN = (
+    "wrong", "redo", "nonsense", "incorrect", "not right", "not correct", "not helpful", "unhelpful",
+    "useless", "stupid", "terrible", "horrible", "awful", "garbage", "ridiculous", "annoying",
+    "disappointed", "disappointing", "bad", "wtf", "what the hell", "what the fuck", "try again",
+    "not what i asked", "not what i meant", "not what i wanted", "you misunderstood",
+    "doesn't work", "does not work", "didn't work", "doesn't help",
+)  # fmt: skip
 DISSATISFACTION_EN = (
-    *(
-        rf"\b{w}\b"
-        for w in (
-            "wrong", "redo", "nonsense", "incorrect", "not right", "not correct", "not helpful",
-            "unhelpful", "useless", "stupid", "terrible", "horrible", "awful", "garbage", "ridiculous",
-            "annoying", "disappointed", "disappointing", "bad", "wtf", "what the hell", "what the fuck",
-            "try again", "not what i asked", "not what i meant", "not what i wanted",
-            "you misunderstood", "doesn't work", "does not work", "didn't work", "doesn't help",
-        )
-    ),  # fmt: skip
+    rf"\b(?:{'|'.join(DISSATISFACTION_WORDS_EN)})\b",
     r"\bcome on",
     r"\bfrustrat\w+",
 )
