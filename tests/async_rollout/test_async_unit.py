@@ -18,7 +18,7 @@ from twinkle_agentic.demo.tools import demo_tools
 from twinkle_agentic.rollout.async_multi_turn import AsyncMultiTurnRollout
 from twinkle_agentic.rollout.failure_policy import FailurePolicy, FailurePolicyError, OutcomeBook
 from twinkle_agentic.rollout.multi_turn import MultiTurnRollout
-from twinkle_agentic.rollout.tool_scheduler import ToolLimitError, ToolLimits
+from twinkle_agentic.rollout.tool_scheduler import ThreadRunner, ToolLimitError, ToolLimits
 from twinkle_agentic.tools.base import Tool
 from twinkle_agentic.tools.tool_manager import ToolManager
 
@@ -234,6 +234,29 @@ def test_parallel_tool_calls_keep_call_order(tiny_template):
     results, stats = ro.run_with_stats([traj("Both please")])
     assert [m["content"] for m in results[0]["messages"] if m["role"] == "tool"] == ["Paris", "Oslo"]
     assert stats.tools.tools["get_weather"].max_in_flight == 2
+
+
+def test_tool_threads_are_reused_a_hung_one_is_replaced_idle_ones_exit():
+    def alive():
+        return [t for t in threading.enumerate() if t.name == "probe-tool"]
+
+    async def scenario():
+        runner = ThreadRunner(workers=1, name="probe-tool", idle_s=0.2)
+        first = [await runner.run(threading.get_ident) for _ in range(3)]
+        release = threading.Event()
+        with pytest.raises(TimeoutError):  # the only slot is freed at once; its thread stays busy
+            await runner.run(lambda: release.wait(10), timeout_s=0.05)
+        after_hang = await runner.run(threading.get_ident)
+        busy = len(alive())
+        release.set()
+        for _ in range(100):  # idle threads exit after idle_s
+            if not alive():
+                break
+            await asyncio.sleep(0.05)
+        return first, after_hang, busy, runner.threads_started
+
+    first, after_hang, busy, started = asyncio.run(scenario())
+    assert len(set(first)) == 1 and after_hang != first[0] and busy == 2 and started == 2 and alive() == []
 
 
 # -- failure policy ----------------------------------------------------------------------------------------

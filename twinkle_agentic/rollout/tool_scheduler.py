@@ -11,11 +11,11 @@ How a call runs decides what cancelling it means:
 
 - a manager with a coroutine ``acall(tool_call)`` is awaited on the loop; a timeout (or the rollout
   cancelling the trajectory) cancels that coroutine for real;
-- a plain ``manager(tool_call)`` runs on a daemon thread, at most ``workers`` at once, so the loop is
-  never blocked. Python cannot stop a thread: on a timeout the call is abandoned, its slot and its
-  worker are released at once (a hung tool never starves the others) and its result, if it ever
-  comes, is discarded. Abandoned threads are daemons (they never keep a process alive) and are
-  counted in ``ToolStats.abandoned``.
+- a plain ``manager(tool_call)`` runs on a daemon thread (``ThreadRunner``: reused threads, at most
+  ``workers`` calls at once), so the loop is never blocked. Python cannot stop a thread: on a timeout
+  the call is abandoned, its slot is released at once and the next call gets another thread (a hung
+  tool never starves the others), and its result, if it ever comes, is discarded. Abandoned threads
+  are daemons (they never keep a process alive) and are counted in ``ToolStats.abandoned``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import queue
 import threading
 import time
 from collections import Counter
@@ -150,15 +151,53 @@ class ThreadRunner:
     """Runs blocking functions on daemon threads, at most ``workers`` at once, awaitable with a timeout.
 
     Unlike ``ThreadPoolExecutor`` (whose threads the interpreter joins at exit), a hung function here
-    never keeps the process alive, and a call given up on frees its worker immediately.
+    never keeps the process alive, and a call given up on frees its slot immediately: the next call
+    gets another thread. Threads are reused: a finished one waits ``idle_s`` for the next function
+    before it exits, so a call costs a queue hand-off, not a thread start (which blocks the event loop
+    until the new thread runs, a few milliseconds on a busy machine).
     """
 
-    def __init__(self, workers: int = DEFAULT_TOOL_WORKERS, name: str = "rollout-tool"):
+    def __init__(self, workers: int = DEFAULT_TOOL_WORKERS, name: str = "rollout-tool", idle_s: float = 30.0):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"tool workers must be an integer >= 1, got {workers!r}")
         self.workers = workers
         self.name = name
+        self.idle_s = idle_s
         self._slots = asyncio.Semaphore(workers)
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a job and not yet promised one
+        self.threads_started = 0
+
+    def _submit(self, fn: Callable[[], Any], done: Callable[[tuple[bool, Any]], None]) -> None:
+        """Run ``fn`` on an idle thread, else on a new one, then ``done((ok, result or exception))``.
+        Promises are made under the lock, so no idle thread exits between being promised a job and
+        taking it."""
+        with self._lock:
+            self._jobs.put((fn, done))
+            if self._idle:
+                self._idle -= 1
+                return
+            self.threads_started += 1
+        threading.Thread(target=self._work, name=self.name, daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                fn, done = self._jobs.get(timeout=self.idle_s)
+            except queue.Empty:
+                with self._lock:
+                    if self._jobs.empty():  # nobody promised this thread a job: it may go
+                        self._idle -= 1
+                        return
+                continue
+            try:
+                outcome = (True, fn())
+            except BaseException as exc:  # handed to the awaiting coroutine
+                outcome = (False, exc)
+            with self._lock:  # idle before the answer is out: the caller's next call reuses this thread
+                self._idle += 1
+            done(outcome)
 
     async def run(self, fn: Callable[[], Any], timeout_s: float | None = None) -> Any:
         """``fn()`` off the loop; its exception is re-raised here; ``TimeoutError`` after ``timeout_s``."""
@@ -181,15 +220,11 @@ class ThreadRunner:
                 if not answer.done():
                     answer.set_result(outcome)
 
-            def target() -> None:
-                try:
-                    outcome = (True, fn())
-                except BaseException as exc:  # handed to the awaiting coroutine
-                    outcome = (False, exc)
+            def done(outcome: tuple[bool, Any]) -> None:
                 with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
                     loop.call_soon_threadsafe(deliver, outcome)
 
-            threading.Thread(target=target, name=self.name, daemon=True).start()
+            self._submit(fn, done)
             try:
                 return await asyncio.wait_for(answer, timeout_s)
             finally:
