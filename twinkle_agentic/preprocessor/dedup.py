@@ -43,15 +43,11 @@ def _md5(text: str) -> str:
     return hashlib.md5(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _message_text(message: Any) -> str:
-    return text_of(message.get("content")).strip() if isinstance(message, dict) else ""
-
-
 def is_real_user(message: Any) -> bool:
     """A user message with text that is not harness boilerplate (``<system-reminder>``...)."""
     if not isinstance(message, dict) or message.get("role") != "user":
         return False
-    text = _message_text(message)
+    text = _stripped(message.get("content"))
     return bool(text) and SYSTEM_INJECTION.match(text) is None
 
 
@@ -68,26 +64,41 @@ def _message_list(row: dict) -> list:
     return messages if isinstance(messages, list) else []
 
 
+def _stripped(content: Any) -> str:
+    return (content if type(content) is str else text_of(content)).strip()
+
+
 def signature_parts(messages: list, prefix_chars: int = 100, asst_chars: int = 100) -> tuple[str, str]:
     """(user part, assistant part) of the signature.
 
     The user part is the head+tail of the first real user turn; the assistant part that of the first
     later assistant message with text (tool-only turns are skipped). Without a real user, the first
-    two assistant texts stand in.
+    two assistant texts stand in. This runs once per row of every dedup, so it is written as one
+    pass with the text projection and head+tail inlined.
     """
-    for i, message in enumerate(messages):
-        if is_real_user(message):
-            user = head_tail(_message_text(message), prefix_chars)
-            for later in messages[i + 1 :]:
-                if isinstance(later, dict) and later.get("role") == "assistant":
-                    text = _message_text(later)
-                    if text:
-                        return user, head_tail(text, asst_chars)
-            return user, ""
+    i = 0
+    for message in messages:
+        i += 1
+        if not (type(message) is dict or isinstance(message, dict)) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        text = (content if type(content) is str else text_of(content)).strip()
+        if not text or (text[0] == "<" and SYSTEM_INJECTION.match(text) is not None):
+            continue
+        n = prefix_chars
+        user = text if len(text) <= 2 * n else text[:n] + text[len(text) - n :]
+        n = asst_chars
+        for later in messages[i:]:
+            if (type(later) is dict or isinstance(later, dict)) and later.get("role") == "assistant":
+                content = later.get("content")
+                text = (content if type(content) is str else text_of(content)).strip()
+                if text:
+                    return user, (text if len(text) <= 2 * n else text[:n] + text[len(text) - n :])
+        return user, ""
     texts: list[str] = []
     for message in messages:
         if isinstance(message, dict) and message.get("role") == "assistant":
-            text = _message_text(message)
+            text = _stripped(message.get("content"))
             if text:
                 texts.append(head_tail(text, asst_chars))
                 if len(texts) == 2:
@@ -96,7 +107,7 @@ def signature_parts(messages: list, prefix_chars: int = 100, asst_chars: int = 1
 
 
 def signature(messages: list, prefix_chars: int = 100, asst_chars: int = 100) -> str | None:
-    """MD5 of the JSON array ``[user, assistant]``; None when both parts are empty."""
+    """MD5 of the JSON array ``[user, assistant]`` (upstream's signature); None when both parts are empty."""
     parts = signature_parts(messages, prefix_chars, asst_chars)
     if not any(parts):
         return None
@@ -115,15 +126,33 @@ def message_count(row: dict) -> int:
 def dedup_key(row: dict, prefix_chars: int = 100, asst_chars: int = 100) -> tuple[str, int]:
     """(group key, message count) of a row: the only per-row inputs of the selection.
 
-    Rows with an entirely empty signature (media-only, no messages...) are grouped by their full
-    hash, so they only collapse with exact copies. The full hash of every other row is not needed:
-    a row with the winner's full hash has the winner's length and always loses the tie.
+    The key groups rows exactly as upstream's signature does (same two parts) but hashes them
+    without JSON: MD5 of ``"<len(user)>:" + user + assistant``, which is just as injective and several
+    times cheaper. Rows with an entirely empty signature (media-only, no messages...) are grouped by
+    their full hash, so they only collapse with exact copies. The full hash of every other row is
+    not needed: a row with the winner's full hash has the winner's length and always loses the tie.
     """
-    messages = _message_list(row)
-    sig = signature(messages, prefix_chars, asst_chars)
-    if sig is None:
-        return FULL_HASH_PREFIX + full_hash(row.get("messages") or []), len(messages)
-    return SIGNATURE_PREFIX + sig, len(messages)
+    group, length = _group(row, prefix_chars, asst_chars)
+    if group[0] is None:
+        return FULL_HASH_PREFIX + group[1], length
+    user, assistant = group
+    digest = hashlib.md5(f"{len(user)}:{user}{assistant}".encode("utf-8", "surrogatepass")).hexdigest()
+    return SIGNATURE_PREFIX + digest, length
+
+
+def _group(row: dict, prefix_chars: int, asst_chars: int) -> tuple[tuple[str | None, str], int]:
+    """((user part, assistant part), message count), or ((None, full hash), count) for an empty signature.
+
+    Two rows share a :func:`dedup_key` exactly when they share this group, so the one-process
+    filter groups by it directly (a dict of string pairs, no hashing) and agrees with the job.
+    """
+    messages = row.get("messages")
+    if not isinstance(messages, list):
+        messages = []
+    parts = signature_parts(messages, prefix_chars, asst_chars)
+    if not parts[0] and not parts[1]:
+        return (None, full_hash(row.get("messages") or [])), len(messages)
+    return parts, len(messages)
 
 
 class DedupFilter:
@@ -148,27 +177,36 @@ class DedupFilter:
 
     def __call__(self, rows: Any) -> tuple[list[dict], list[dict]]:
         rows = to_rows(rows)
-        # group key -> (message count, position) of the current winner
-        winners: dict[str, tuple[int, int]] = {}
+        prefix_chars, asst_chars = self.prefix_chars, self.asst_chars
+        # group -> (message count, position) of the current winner
+        winners: dict[tuple[str | None, str], tuple[int, int]] = {}
         for position, row in enumerate(rows):
             if not isinstance(row, dict):
                 continue
-            group, length = self.key(row)
+            messages = row.get("messages")
+            if type(messages) is not list and not isinstance(messages, list):
+                messages = []
+            group = signature_parts(messages, prefix_chars, asst_chars)
+            if not group[0] and not group[1]:  # as _group(), inlined: this loop is the whole filter
+                group = (None, full_hash(row.get("messages") or []))
+            length = len(messages)
             best = winners.get(group)
             if best is None or length > best[0]:
                 winners[group] = (length, position)
-        keep = {position for _, position in winners.values()}
-        kept: list[dict] = []
-        dropped: list[dict] = []
-        for position, row in enumerate(rows):
-            if not isinstance(row, dict):
-                dropped.append(drop(row, INVALID_ROW))
-            elif position in keep:
-                if "drop_reason" in row:
-                    row = {k: v for k, v in row.items() if k != "drop_reason"}
-                kept.append(row)
-            else:
-                dropped.append(drop(row, DUPLICATE))
+        is_kept = [False] * len(rows)
+        for _, position in winners.values():
+            is_kept[position] = True
+        kept = [row for row, k in zip(rows, is_kept, strict=True) if k]
+        if any("drop_reason" in row for row in kept):
+            kept = [
+                {k: v for k, v in row.items() if k != "drop_reason"} if "drop_reason" in row else row
+                for row in kept
+            ]
+        dropped = [
+            drop(row, DUPLICATE if isinstance(row, dict) else INVALID_ROW)
+            for row, k in zip(rows, is_kept, strict=True)
+            if not k
+        ]
         return kept, dropped
 
     def __repr__(self) -> str:
