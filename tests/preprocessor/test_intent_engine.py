@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from twinkle_agentic.preprocessor.intent import (
     CodeDetector,
     ComplexLogicDetector,
     MathDetector,
+    RegexDetector,
     UserDissatisfactionDetector,
     default_detectors,
 )
@@ -149,3 +152,16 @@ def test_classifier_batch_equals_per_row():
     c = IntentClassifier()
     assert [c.classify(r["messages"]) for r in rows] == c.classify_many([r["messages"] for r in rows])
     assert [out["intent"] for out in c(rows)[0]] == ["math", "code", "complex_logic", "user_dissatisfaction"]
+
+
+def test_custom_regex_detector_with_its_own_pattern_uses_re():
+    class Banana(RegexDetector):
+        intent = "banana"
+        pattern = re.compile(r"\bbanana\b")
+
+        def __init__(self):
+            super().__init__(2)
+
+    rows = [row(user("q"), assistant("banana banana " * 500))] * 3
+    kept, _ = IntentClassifier(detectors=[Banana(), CodeDetector()])(rows)
+    assert [r["intent"] for r in kept] == ["banana"] * 3 and Banana.re2_pattern is None

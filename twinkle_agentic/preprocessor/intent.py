@@ -105,12 +105,16 @@ class RegexDetector(TextDetector):
 
     fragments: Sequence[str] = ()
     flags = 0
+    pattern: re.Pattern[str]
+    re2_pattern: str | None = None
     assistant_only = False
     # Below this many characters in a batch ``re`` is cheaper than compiling the RE2 pattern (~1-3 ms).
     re2_min_chars = 4_000
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "fragments" not in cls.__dict__:  # e.g. a subclass that sets ``pattern`` itself: ``re`` only
+            return
         source = "|".join(f"(?:{f})" for f in cls.fragments)
         cls.pattern = re.compile(source, cls.flags)
         inline = ("i" if cls.flags & re.IGNORECASE else "") + ("s" if cls.flags & re.DOTALL else "")
@@ -130,7 +134,7 @@ class RegexDetector(TextDetector):
         return self.hits(text) >= self.threshold
 
     def judge_many(self, batch: TextBatch) -> list[bool]:
-        if sum(map(len, batch.texts)) < self.re2_min_chars:
+        if self.re2_pattern is None or sum(map(len, batch.texts)) < self.re2_min_chars:
             return super().judge_many(batch)
         verdicts = [n >= self.threshold for n in batch.counts(self.re2_pattern)]
         for i, junctions in batch.junctions().items():
