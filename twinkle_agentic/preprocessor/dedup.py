@@ -17,6 +17,7 @@ order-free rule the distributed job implements: minimum of ``(-message_count, in
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import re
@@ -176,7 +177,18 @@ class DedupFilter:
         return dedup_key(row, self.prefix_chars, self.asst_chars)
 
     def __call__(self, rows: Any) -> tuple[list[dict], list[dict]]:
-        rows = to_rows(rows)
+        # The pass allocates a few tuples per row and never a cycle; with a million live rows every
+        # automatic collection would walk all of them (1M rows took 21 s with it running), so the
+        # cyclic collector is paused for the duration of the call.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._select(to_rows(rows))
+        finally:
+            if paused:
+                gc.enable()
+
+    def _select(self, rows: list) -> tuple[list[dict], list[dict]]:
         prefix_chars, asst_chars = self.prefix_chars, self.asst_chars
         # group -> (message count, position) of the current winner
         winners: dict[tuple[str | None, str], tuple[int, int]] = {}
