@@ -133,14 +133,14 @@ class OpenAI(API):
             return self._client
 
     def _new_async_client(self) -> Any:
-        import openai
-
-        kwargs = {k: v for k, v in self._sdk_kwargs().items() if k != "http_client"}
         transport = self.async_transport
         if transport == "direct":
             from .direct_transport import DirectChatTransport
 
             return DirectChatTransport(self.api_key, self.base_url, self.client_kwargs)
+        import openai
+
+        kwargs = {k: v for k, v in self._sdk_kwargs().items() if k != "http_client"}
         if transport == "auto":
             transport = "aiohttp" if _aiohttp_available() else "httpx"
         if transport == "aiohttp":
@@ -154,6 +154,9 @@ class OpenAI(API):
         closed on the loop that owns it when the last session ends.
         """
         loop = asyncio.get_running_loop()
+        entry = self._async_clients.get(loop)  # a lock-free look first: this runs once per request
+        if entry is not None:
+            return entry.client
         with self._lock:
             entry = self._async_clients.get(loop)
             if entry is None:
@@ -243,11 +246,11 @@ class OpenAI(API):
 
     def _classify(self, exc: Exception, attempt: int) -> ProtocolError:
         """Map SDK/transport exceptions onto the ``ProtocolError`` hierarchy."""
+        if isinstance(exc, ProtocolError):
+            return exc
         import openai
 
         url = self.base_url
-        if isinstance(exc, ProtocolError):
-            return exc
         if isinstance(exc, openai.APITimeoutError):
             return ProtocolTimeoutError(str(exc) or "request timed out", attempts=attempt, url=url)
         if isinstance(exc, openai.APIConnectionError):

@@ -40,33 +40,38 @@ def _arguments_json(arguments: Any) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
-def _wire_tool_calls(tool_calls: Any, where: str, turn: int) -> list[dict[str, Any]]:
+def _wire_tool_calls(tool_calls: Any, index: int, turn: int) -> list[dict[str, Any]]:
     if isinstance(tool_calls, str):
         if not tool_calls.strip():
             return []
         try:
             tool_calls = json.loads(tool_calls)
         except ValueError as exc:
-            raise RequestError(f"{where}: tool_calls is a string but not JSON ({exc})") from exc
+            raise RequestError(f"message {index}: tool_calls is a string but not JSON ({exc})") from exc
     if tool_calls is None:
         return []
     if isinstance(tool_calls, Mapping):
         tool_calls = [tool_calls]
     if not isinstance(tool_calls, (list, tuple)):
-        raise RequestError(f"{where}: tool_calls must be a list, got {type(tool_calls).__name__}")
+        raise RequestError(f"message {index}: tool_calls must be a list, got {type(tool_calls).__name__}")
     out = []
-    for index, call in enumerate(tool_calls):
+    for position, call in enumerate(tool_calls):
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping) or not function.get("name"):
-            raise RequestError(f"{where}: tool call {index} has no function.name: {call!r}")
+            raise RequestError(f"message {index}: tool call {position} has no function.name: {call!r}")
         out.append(
             {
-                "id": call.get("id") or f"call_{turn}_{index}",
+                "id": call.get("id") or f"call_{turn}_{position}",
                 "type": "function",
                 "function": {"name": function["name"], "arguments": _arguments_json(function.get("arguments"))},
             }
         )
     return out
+
+
+# Optional fields copied as they are (``content`` and ``tool_calls`` are handled apart).
+_PLAIN_FIELDS = {role: tuple(k for k in fields if k not in ("role", "content", "tool_calls"))
+                 for role, fields in SENT_FIELDS.items()}
 
 
 def sanitize_messages(messages: Any, *, send_reasoning_content: bool = False) -> list[dict[str, Any]]:
@@ -76,26 +81,26 @@ def sanitize_messages(messages: Any, *, send_reasoning_content: bool = False) ->
     out: list[dict[str, Any]] = []
     assistant_turn = 0
     for index, message in enumerate(messages):
-        where = f"message {index}"
-        if not isinstance(message, Mapping):
-            raise RequestError(f"{where} must be a dict, got {type(message).__name__}")
-        role = ROLE_ALIASES.get(message.get("role"), message.get("role"))
-        if role not in SENT_FIELDS:
-            raise RequestError(f"{where} has role {message.get('role')!r}; expected one of {sorted(SENT_FIELDS)}")
-        wire: dict[str, Any] = {"role": role}
-        for key in SENT_FIELDS[role][1:]:
-            if key == "tool_calls":
-                continue
+        if type(message) is not dict and not isinstance(message, Mapping):
+            raise RequestError(f"message {index} must be a dict, got {type(message).__name__}")
+        role = message.get("role")
+        role = ROLE_ALIASES.get(role, role)
+        plain = _PLAIN_FIELDS.get(role)  # type: ignore[arg-type]
+        if plain is None:
+            raise RequestError(f"message {index} has role {message.get('role')!r}; expected one of {sorted(SENT_FIELDS)}")
+        content = message.get("content")
+        wire: dict[str, Any] = {"role": role, "content": "" if content is None else content}
+        for key in plain:
             value = message.get(key)
-            if key == "content":
-                wire["content"] = "" if value is None else value
-            elif value is not None:
+            if value is not None:
                 wire[key] = value
         if role == "assistant":
             assistant_turn += 1
-            calls = _wire_tool_calls(message.get("tool_calls"), where, assistant_turn)
+            calls = message.get("tool_calls")
             if calls:
-                wire["tool_calls"] = calls
+                calls = _wire_tool_calls(calls, index, assistant_turn)
+                if calls:
+                    wire["tool_calls"] = calls
             if send_reasoning_content:
                 reasoning = next((message[k] for k in REASONING_KEYS if message.get(k)), None)
                 if reasoning:

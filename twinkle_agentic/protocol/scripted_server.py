@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import json
 import re
 import sys
@@ -31,6 +33,8 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
+from . import event_loops, wire_json
+from .http1 import HTTPParseError, Message, MessageReader, response_head
 from .local_server import LocalServer
 
 ALLOWED_MESSAGE_FIELDS = {
@@ -80,7 +84,9 @@ class ScriptedChat:
     def __init__(self, model: str = "scripted", strict: bool = True):
         self.model = model
         self.strict = strict
-        self.requests: deque[dict[str, Any]] = deque(maxlen=RECORDED_REQUESTS)
+        # raw bytes when the HTTP layer has them: parsed bodies are thousands of objects that the
+        # garbage collector would walk on every full collection
+        self.requests: deque[dict[str, Any] | bytes] = deque(maxlen=RECORDED_REQUESTS)
         self.failures: Counter[str] = Counter()
         self.served = 0
 
@@ -102,9 +108,13 @@ class ScriptedChat:
                         raise ScriptError(400, f"messages[{index}].tool_calls need ids and JSON-string arguments")
         return messages
 
-    def respond(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
-        """(completion, seconds to hang first); raises ScriptError for scripted failures."""
-        self.requests.append(body)
+    def recorded(self) -> list[dict[str, Any]]:
+        return [wire_json.loads(body) if isinstance(body, bytes) else body for body in self.requests]
+
+    def respond(self, body: dict[str, Any], raw: bytes | None = None) -> tuple[dict[str, Any], float]:
+        """(completion, seconds to hang first); raises ScriptError for scripted failures. ``raw``
+        (the body as received) is what gets recorded when given."""
+        self.requests.append(body if raw is None else raw)
         messages = self.validate(body)
         first_user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
         first_user = first_user if isinstance(first_user, str) else json.dumps(first_user)
@@ -163,67 +173,111 @@ class ScriptedChat:
         return choice
 
 
-class ScriptedChatApp:
-    """Plain ASGI (no framework) so the server costs as little CPU as possible in benchmarks."""
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           408: "Request Timeout", 422: "Unprocessable Entity", 429: "Too Many Requests",
+           500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class ScriptedChatServer:
+    """The routes over bare asyncio HTTP/1.1 (``http1``): the server shares the benchmark
+    machine's cores with the client under test, so it should cost as little CPU per request as
+    possible. ``latency_s`` delays every completion (a timer, not a task per request)."""
 
     def __init__(self, latency_s: float = 0.0, strict: bool = True, model: str = "scripted"):
         self.latency_s = latency_s
         self.chat = ScriptedChat(model=model, strict=strict)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                event = await receive()
-                kind = event["type"].rsplit(".", 1)[-1]
-                await send({"type": f"lifespan.{kind}.complete"})
-                if kind == "shutdown":
-                    return
-        if scope["type"] != "http":
-            return
-        chunks = []
-        while True:
-            event = await receive()
-            chunks.append(event.get("body", b""))
-            if not event.get("more_body"):
-                break
-        path, method = scope["path"], scope["method"]
+    def handle(self, request: Message) -> tuple[int, Any, dict[str, str], float]:
+        """(status, JSON payload, extra headers, seconds to wait before answering)."""
+        method, path = request.start[0], request.start[1].split("?", 1)[0]
         if path in ("/health", "/v1/health"):
-            await _reply(send, 200, {"status": "ok"})
-        elif path == "/v1/models":
-            await _reply(send, 200, {"object": "list", "data": [{"id": self.chat.model, "object": "model"}]})
-        elif path == "/debug/requests":
+            return 200, {"status": "ok"}, {}, 0.0
+        if path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": self.chat.model, "object": "model"}]}, {}, 0.0
+        if path == "/debug/requests":
             if method == "DELETE":
                 self.chat.requests.clear()
-            await _reply(send, 200, {"requests": list(self.chat.requests), "served": self.chat.served})
-        elif path == "/v1/chat/completions" and method == "POST":
-            await self._complete(b"".join(chunks), send)
-        else:
-            await _reply(send, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}})
+            return 200, {"requests": self.chat.recorded(), "served": self.chat.served}, {}, 0.0
+        if path == "/v1/chat/completions" and method == "POST":
+            return self._complete(request.body)
+        return 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}}, {}, 0.0
 
-    async def _complete(self, raw: bytes, send: Any) -> None:
+    def _complete(self, raw: bytes) -> tuple[int, Any, dict[str, str], float]:
         try:
-            body = json.loads(raw)
+            body = wire_json.loads(raw)
             if not isinstance(body, dict):
                 raise ScriptError(400, "request body must be a JSON object")
-            completion, hang_s = self.chat.respond(body)
+            completion, hang_s = self.chat.respond(body, raw)
         except ScriptError as exc:
-            await _reply(send, exc.status, {"error": {"message": exc.message, "type": "scripted", "code": exc.status}},
-                         exc.headers)
-            return
+            return exc.status, {"error": {"message": exc.message, "type": "scripted", "code": exc.status}}, exc.headers, 0.0
         except ValueError as exc:
-            await _reply(send, 400, {"error": {"message": f"invalid JSON: {exc}", "type": "invalid_request"}})
+            return 400, {"error": {"message": f"invalid JSON: {exc}", "type": "invalid_request"}}, {}, 0.0
+        return 200, completion, {}, self.latency_s + hang_s
+
+    async def serve(self, host: str, port: int, started: asyncio.Future[None] | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _ServerConnection(self), host, port, backlog=4096)
+        if started is not None:
+            started.set_result(None)
+        async with server:
+            await server.serve_forever()
+
+
+class _ServerConnection(asyncio.Protocol):
+    """One client connection: requests are answered in order, one at a time."""
+
+    def __init__(self, app: ScriptedChatServer):
+        self.app = app
+        self.reader = MessageReader(response=False)
+        self.transport: Any = None
+        self.busy = False
+        self.continued = False
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        self._serve()
+
+    def _serve(self) -> None:
+        while not self.busy and self.transport is not None:
+            try:
+                request = self.reader.next()
+            except HTTPParseError as exc:
+                self.busy = True
+                self._answer(400, {"error": {"message": f"bad HTTP request: {exc}", "type": "invalid_request"}}, {}, False)
+                return
+            if request is None:
+                headers = self.reader.partial_headers
+                if headers and not self.continued and headers.get("expect", "").lower() == "100-continue":
+                    self.continued = True
+                    self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                return
+            self.continued = False
+            self.busy = True
+            status, payload, headers, delay_s = self.app.handle(request)
+            if delay_s > 0:
+                asyncio.get_running_loop().call_later(delay_s, self._answer, status, payload, headers, request.keep_alive)
+            else:
+                self._answer(status, payload, headers, request.keep_alive)
+
+    def _answer(self, status: int, payload: Any, headers: dict[str, str], keep_alive: bool) -> None:
+        if self.transport is None:
             return
-        if self.latency_s or hang_s:
-            await asyncio.sleep(self.latency_s + hang_s)
-        await _reply(send, 200, completion)
-
-
-async def _reply(send: Any, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-    body = json.dumps(payload).encode()
-    raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    raw_headers += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-    await send({"type": "http.response.body", "body": body})
+        body = wire_json.dumps(payload)
+        head = response_head(status, REASONS.get(status, "Unknown"), {**JSON_HEADERS, **headers}, len(body), keep_alive)
+        self.transport.write(head + body)
+        self.busy = False
+        if not keep_alive:
+            self.transport.close()
+            self.transport = None
+        elif self.reader.pending:
+            self._serve()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,16 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--latency-ms", type=float, default=0.0, help="delay added to every completion")
     parser.add_argument("--model", default="scripted")
     parser.add_argument("--lenient", action="store_true", help="accept unknown message fields")
+    parser.add_argument("--event-loop", default="auto", choices=event_loops.EVENT_LOOPS)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import uvicorn
-
-    app = ScriptedChatApp(latency_s=args.latency_ms / 1000.0, strict=not args.lenient, model=args.model)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, backlog=4096,
-                timeout_keep_alive=30)
+    app = ScriptedChatServer(latency_s=args.latency_ms / 1000.0, strict=not args.lenient, model=args.model)
+    gc.freeze()  # what exists now (imported modules) lives as long as the process: keep it out of collections
+    with contextlib.suppress(KeyboardInterrupt):
+        event_loops.run(app.serve(args.host, args.port), args.event_loop)
     return 0
 
 

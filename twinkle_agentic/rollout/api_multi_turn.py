@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import os
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from twinkle_agentic.data_format import SamplingParams, Trajectory
+from twinkle_agentic.protocol import event_loops
 from twinkle_agentic.remote import remote_class
 
 from .base import (
@@ -29,6 +32,7 @@ from .base import (
     check_sampling_params,
     finish,
     format_error,
+    is_tool_manager,
     normalise_tool_calls,
     open_tool_manager,
     prepare_trajectories,
@@ -79,6 +83,7 @@ class APIMultiTurnRollout(Rollout):
         success_callback: TrajectoryPredicate | None = None,
         *,
         tool_workers: int | None = None,
+        event_loop: str = "auto",
     ):
         if api is None or not (callable(api) or hasattr(api, "acall")):
             raise ValueError("APIMultiTurnRollout needs api= (e.g. twinkle_agentic.protocol.openai.OpenAI)")
@@ -89,15 +94,18 @@ class APIMultiTurnRollout(Rollout):
             )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
-        if tool_workers is not None and (not isinstance(tool_workers, int) or tool_workers < 1):
-            raise ValueError(f"tool_workers must be None or an integer >= 1, got {tool_workers!r}")
+        if tool_workers is not None and (isinstance(tool_workers, bool) or not isinstance(tool_workers, int)
+                                         or tool_workers < 0):
+            raise ValueError(f"tool_workers must be None or an integer >= 0, got {tool_workers!r}")
+        self.event_loop = event_loops.check_event_loop(event_loop)
+        self._loop: event_loops.KeptLoop | None = None
         self.api = api
         self.tool_manager = tool_manager
         self.sampling_params = check_sampling_params(sampling_params)
         self.max_turns = check_max_turns(max_turns)
         self.concurrency = concurrency
         self.extra_body = _check_extra_body(extra_body)
-        self.tool_workers = tool_workers or max(4, min(DEFAULT_TOOL_WORKERS_MAX, concurrency))
+        self.tool_workers = max(4, min(DEFAULT_TOOL_WORKERS_MAX, concurrency)) if tool_workers is None else tool_workers
         self.traces = TraceWriter.maybe(trace_dir, trace_callback, success_callback)
 
     def __call__(
@@ -109,13 +117,31 @@ class APIMultiTurnRollout(Rollout):
         global_step: int | None = None,
     ) -> list[Trajectory]:
         coroutine = self.arun(trajectories, sampling_params, tool_manager, extra_body, global_step)
+        kept = self._kept_loop()
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(coroutine)
-        # called from inside a running loop (notebook, async actor): use a private loop thread
+            return kept.run(coroutine, self.api)
+        # called from inside a running loop (notebook, async actor): run ours on a helper thread
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="api-rollout") as runner:
-            return runner.submit(asyncio.run, coroutine).result()
+            return runner.submit(kept.run, coroutine, self.api).result()
+
+    def _kept_loop(self) -> event_loops.KeptLoop:
+        """The rollout's own event loop, kept between calls: the API client's connections stay
+        open from one batch to the next (``close()`` or garbage collection closes them)."""
+        if self._loop is None:
+            self._loop = event_loops.KeptLoop(self.event_loop)
+            weakref.finalize(self, self._loop.close)
+        return self._loop
+
+    def close(self) -> None:
+        """Close the kept event loop and the API connections on it (a later call opens new ones)."""
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_loop": None}
 
     async def arun(
         self,
@@ -136,7 +162,7 @@ class APIMultiTurnRollout(Rollout):
         api_slots = asyncio.Semaphore(self.concurrency)
         session = getattr(self.api, "session", None)
         async with session() if callable(session) else contextlib.nullcontext():
-            with concurrent.futures.ThreadPoolExecutor(self.tool_workers, thread_name_prefix="api-rollout-tool") as pool:
+            with _tool_pool(self.tool_workers) as pool, _heap_frozen():
                 run = _TrajectoryRun(self, params, call_kwargs, api_slots, pool)
                 await asyncio.gather(*(run(t, spec) for t, spec in zip(batch, specs, strict=True)))
         if self.traces is not None:
@@ -148,42 +174,58 @@ class _TrajectoryRun:
     """The per-trajectory turn loop, sharing the batch's API slots and tool pool."""
 
     def __init__(self, rollout: APIMultiTurnRollout, params: SamplingParams, call_kwargs: dict[str, Any],
-                 api_slots: asyncio.Semaphore, pool: concurrent.futures.Executor):
+                 api_slots: asyncio.Semaphore, pool: concurrent.futures.Executor | None):
         self.api = rollout.api
+        self.acall = getattr(self.api, "acall", None)
         self.max_turns = rollout.max_turns
         self.params = params
         self.call_kwargs = call_kwargs
         self.api_slots = api_slots
         self.pool = pool
+        self.manager_tools: dict[int, list[dict[str, Any]]] = {}
 
     async def _in_pool(self, fn: Any, *args: Any) -> Any:
+        if self.pool is None:
+            return fn(*args)
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    def _tools(self, trajectory: dict[str, Any], manager: Any, owned: bool) -> list[dict[str, Any]] | None:
+        """The tools to offer; a manager given by the caller (often one shared by the whole batch)
+        is asked once per batch, not once per trajectory."""
+        if trajectory.get("tools") or manager is None or owned:
+            return request_tools(trajectory, manager)
+        tools = self.manager_tools.get(id(manager))
+        if tools is None:
+            tools = self.manager_tools[id(manager)] = request_tools(trajectory, manager) or []
+        return tools or None
 
     async def _ask(self, request: dict[str, Any]) -> Any:
         async with self.api_slots:
-            acall = getattr(self.api, "acall", None)
-            if acall is not None:
-                return await acall(request, self.params, **self.call_kwargs)
+            if self.acall is not None:
+                return await self.acall(request, self.params, **self.call_kwargs)
             return await asyncio.to_thread(self.api, request, self.params, **self.call_kwargs)
 
     async def __call__(self, trajectory: dict[str, Any], spec: ToolManagerSpec) -> None:
         try:
-            manager, owned = await self._in_pool(open_tool_manager, spec, trajectory)
+            if spec is None or is_tool_manager(spec):
+                manager, owned = spec, False
+            else:  # a factory may open a session: off the loop
+                manager, owned = await self._in_pool(open_tool_manager, spec, trajectory)
         except Exception as exc:
             finish(trajectory, API_ERROR, 0, format_error(exc, "ToolManager"))
             return
         try:
-            await self._turns(trajectory, manager)
+            await self._turns(trajectory, manager, owned)
         except Exception as exc:  # a bug must cost one trajectory, not the batch
             finish(trajectory, API_ERROR, trajectory.get("turns", 0), format_error(exc))
         finally:
             if owned and manager is not None:
                 await self._in_pool(manager.close)
 
-    async def _turns(self, trajectory: dict[str, Any], manager: Any) -> None:
+    async def _turns(self, trajectory: dict[str, Any], manager: Any, owned: bool) -> None:
         messages: list[dict[str, Any]] = trajectory["messages"]
         request: dict[str, Any] = {"messages": messages}
-        tools = request_tools(trajectory, manager)
+        tools = self._tools(trajectory, manager, owned)
         if tools:
             request["tools"] = tools
         turns = 0
@@ -221,6 +263,31 @@ class _TrajectoryRun:
             if tools_report_done(manager, calls):
                 finish(trajectory, STOP, turns)
                 return
+
+
+@contextlib.contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """Leave the objects that exist when the rollout starts out of garbage collection until it ends.
+
+    A full collection walks every tracked object of the process (imported libraries, the
+    caller's data): ~60 ms for a typical process here, a stall of every trajectory in flight.
+    Frozen, those objects are skipped, so collections during the rollout walk only what the
+    rollout allocated. Skipped when collection is disabled or someone else already froze objects.
+    """
+    if not gc.isenabled() or gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _tool_pool(workers: int) -> contextlib.AbstractContextManager[concurrent.futures.Executor | None]:
+    if workers == 0:
+        return contextlib.nullcontext()
+    return concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="api-rollout-tool")
 
 
 def _assistant_message(reply: Any) -> dict[str, Any]:

@@ -1,0 +1,95 @@
+"""Event loops we own: which implementation (``uvloop``, libuv-based and cheaper per I/O event
+than the stdlib selector loop, when it is installed), and ``KeptLoop``, one loop kept across
+blocking calls so that connections made on it are reused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+T = TypeVar("T")
+
+
+def check_event_loop(name: Any) -> str:
+    if name not in EVENT_LOOPS:
+        raise ValueError(f"event_loop must be one of {EVENT_LOOPS}, got {name!r}")
+    if name == "uvloop":
+        try:
+            import uvloop  # noqa: F401
+        except ImportError as exc:
+            raise ValueError("event_loop='uvloop' needs the uvloop package (pip install uvloop)") from exc
+    return name
+
+
+def loop_factory(name: str = "auto") -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """A factory for ``asyncio.Runner``; None means the standard loop."""
+    if check_event_loop(name) == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run(coroutine: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
+    """``asyncio.run`` on the chosen loop implementation."""
+    with asyncio.Runner(loop_factory=loop_factory(event_loop)) as runner:
+        return runner.run(coroutine)
+
+
+class KeptLoop:
+    """An event loop kept between blocking calls, so that what lives on it (an API client's
+    keep-alive connections and TLS sessions) serves the next call instead of being rebuilt.
+
+    ``run(coroutine, holder)`` runs on it from any thread, one call at a time; a call that finds
+    it busy (another thread) runs on a fresh loop instead. ``holder.session()`` (an async context
+    manager, e.g. ``OpenAI.session``) is entered on the first call and held open until ``close()``.
+    """
+
+    def __init__(self, event_loop: str = "auto"):
+        self.event_loop = check_event_loop(event_loop)
+        self._runner = asyncio.Runner(loop_factory=loop_factory(event_loop))
+        self._lock = threading.Lock()
+        self._sessions = contextlib.AsyncExitStack()
+        self._held: dict[int, Any] = {}
+        self._closed = False
+
+    def run(self, coroutine: Coroutine[Any, Any, T], holder: Any = None) -> T:
+        if not self._lock.acquire(blocking=False):
+            return run(coroutine, self.event_loop)
+        try:
+            if self._closed:
+                coroutine.close()
+                raise RuntimeError("this event loop was closed")
+            return self._runner.run(self._holding(coroutine, holder))
+        finally:
+            self._lock.release()
+
+    async def _holding(self, coroutine: Coroutine[Any, Any, T], holder: Any) -> T:
+        session = getattr(holder, "session", None)
+        if callable(session) and id(holder) not in self._held:
+            try:
+                await self._sessions.enter_async_context(session())
+            except BaseException:
+                coroutine.close()
+                raise
+            self._held[id(holder)] = holder
+        return await coroutine
+
+    def close(self) -> None:
+        """Close the held sessions (their connections) and the loop; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self._held:
+                    self._runner.run(self._sessions.aclose())
+            finally:
+                self._held.clear()
+                self._runner.close()
