@@ -8,8 +8,13 @@ ideal / measured. Compared in one run: the asyncio rollout at each ``--concurren
 thread-per-trajectory pool (``--thread-pool`` workers, blocking SDK client) as the baseline.
 Client CPU per request is reported too: it is what bounds high concurrency on few cores.
 
+Each asyncio rollout first runs one batch of max(concurrency, 64) trajectories on its kept event
+loop, so the measured batch finds warm keep-alive connections, as every batch after the first
+does in a rollout farm. ``--tool-workers 0`` also measures tools run on the event loop.
+
 Run: python bench/api_rollout.py [--trajectories 1000] [--turns 3] [--latency-ms 50]
-         [--concurrency 8 64 256] [--transport auto direct] [--thread-pool 8] [--record FILE]
+         [--concurrency 8 64 256] [--transport auto direct] [--tool-workers default 0]
+         [--thread-pool 8] [--record FILE]
 """
 
 from __future__ import annotations
@@ -98,6 +103,10 @@ def git_sha() -> str:
         return "unknown"
 
 
+def _tool_workers(text: str) -> int | None:
+    return None if text == "default" else int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=1000)
@@ -105,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 64, 256])
     parser.add_argument("--transport", nargs="+", default=["auto", "direct"], choices=["auto", "aiohttp", "httpx", "direct"])
+    parser.add_argument("--tool-workers", type=_tool_workers, nargs="+", default=[None],
+                        help="APIMultiTurnRollout(tool_workers=...): 'default' (a thread pool), or 0 for tools "
+                             "run on the event loop")
     parser.add_argument("--thread-pool", type=int, default=8, help="baseline workers (0 to skip)")
     parser.add_argument("--record", type=Path, help="append the JSON record to this file")
     return parser
@@ -112,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    load_before = os.getloadavg()[0]
     latency_s = args.latency_ms / 1000.0
     server = start_scripted_server(free_port(), args.latency_ms)
     results = []
@@ -120,17 +133,22 @@ def main(argv: list[str] | None = None) -> int:
         manager = ToolManager([Lookup()])
         for transport in args.transport:
             api = OpenAI("scripted", base_url=base_url, async_transport=transport)
-            for concurrency in args.concurrency:
-                rollout = APIMultiTurnRollout(api, manager, max_turns=args.turns + 1, concurrency=concurrency)
-                rollout(trajectories(min(concurrency, 64), args.turns, f"warm-{transport}-{concurrency}"))
-                batch = trajectories(args.trajectories, args.turns, f"run-{transport}-{concurrency}")
+            for tool_workers in args.tool_workers:
+                for concurrency in args.concurrency:
+                    rollout = APIMultiTurnRollout(api, manager, max_turns=args.turns + 1, concurrency=concurrency,
+                                                  tool_workers=tool_workers)
+                    # a previous batch on the rollout's kept loop: connections are warm, as in a farm's steady state
+                    rollout(trajectories(max(concurrency, 64), args.turns, f"warm-{transport}-{concurrency}"))
+                    batch = trajectories(args.trajectories, args.turns, f"run-{transport}-{concurrency}")
 
-                def run(rollout=rollout, batch=batch):
-                    return [r["stop_reason"] for r in rollout(batch)]
+                    def run(rollout=rollout, batch=batch):
+                        return [r["stop_reason"] for r in rollout(batch)]
 
-                results.append(measure(f"asyncio/{transport}", run, args.trajectories, args.turns, latency_s,
-                                       concurrency, server.process.pid))
-                print(json.dumps(results[-1]), flush=True)
+                    label = f"asyncio/{transport}" + ("" if tool_workers is None else f"/tools={tool_workers}")
+                    results.append(measure(label, run, args.trajectories, args.turns, latency_s,
+                                           concurrency, server.process.pid))
+                    rollout.close()
+                    print(json.dumps(results[-1]), flush=True)
         if args.thread_pool:
             api = OpenAI("scripted", base_url=base_url)
             thread_per_trajectory(api, manager, trajectories(16, args.turns, "warm-threads"), args.thread_pool, args.turns + 1)
@@ -141,13 +159,13 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(results[-1]), flush=True)
     finally:
         server.stop()
-    header = f"{'mode':<18}{'conc':>6}{'wall s':>9}{'ideal s':>9}{'eff':>7}{'req/s':>9}{'cli ms/req':>12}{'srv ms/req':>12}"
+    header = f"{'mode':<26}{'conc':>6}{'wall s':>9}{'ideal s':>9}{'eff':>7}{'req/s':>9}{'cli ms/req':>12}{'srv ms/req':>12}"
     print("\n" + header)
     for r in results:
-        print(f"{r['mode']:<18}{r['concurrency']:>6}{r['wall_s']:>9.2f}{r['ideal_s']:>9.2f}{r['efficiency']:>7.2f}"
+        print(f"{r['mode']:<26}{r['concurrency']:>6}{r['wall_s']:>9.2f}{r['ideal_s']:>9.2f}{r['efficiency']:>7.2f}"
               f"{r['requests_per_s']:>9.0f}{r['client_cpu_ms_per_request']:>12.3f}{r['server_cpu_ms_per_request']:>12.3f}")
     record = {"bench": "api_rollout", "git_sha": git_sha(), "cpus": os.cpu_count(),
-              "load_avg_1m": os.getloadavg()[0], "params": {k: str(v) for k, v in vars(args).items()},
+              "load_avg_1m_before": load_before, "load_avg_1m": os.getloadavg()[0], "params": {k: str(v) for k, v in vars(args).items()},
               "results": results}
     if args.record:
         with open(args.record, "a", encoding="utf-8") as handle:
