@@ -66,3 +66,28 @@ def test_many_trajectories_share_one_event_loop(api):
     results = rollout([user(f"item {i} #calls=2") for i in range(200)])
     assert Counter(r["stop_reason"] for r in results) == {"stop": 200}
     assert [r["messages"][0]["content"] for r in results] == [f"item {i} #calls=2" for i in range(200)]
+
+
+@pytest.mark.parametrize("event_loop, tool_workers", [("asyncio", None), ("auto", 0)])
+def test_loop_implementations_and_tools_on_the_loop(chat_server, event_loop, tool_workers):
+    api = OpenAI("scripted", base_url=chat_server.url + "/v1", async_transport="direct")
+    rollout = APIMultiTurnRollout(api, ToolManager([Lookup()]), max_turns=4, concurrency=16,
+                                  event_loop=event_loop, tool_workers=tool_workers)
+    results = rollout([user(f"loop {event_loop} {i} #calls=2") for i in range(40)])
+    assert Counter(r["stop_reason"] for r in results) == {"stop": 40}
+    assert results[7]["messages"][-1]["content"] == "final answer after 2 tool turns; last tool said: found key 2"
+
+
+def test_kept_loop_reuses_connections_between_calls_and_close_releases_them(chat_server):
+    api = OpenAI("scripted", base_url=chat_server.url + "/v1", async_transport="direct")
+    rollout = APIMultiTurnRollout(api, ToolManager([Lookup()]), max_turns=3, concurrency=8)
+    rollout([user(f"first {i} #calls=1") for i in range(8)])
+    (entry,) = api._async_clients.values()
+    idle = set(entry.client._pool._idle)
+    assert 1 <= len(idle) <= 8
+    rollout([user(f"second {i} #calls=1") for i in range(8)])
+    assert list(api._async_clients.values()) == [entry] and set(entry.client._pool._idle) == idle
+    rollout.close()
+    assert not api._async_clients and all(connection.closed for connection in idle)
+    assert rollout([user("after close")])[0]["stop_reason"] == "stop"  # a new loop, new connections
+    rollout.close()
