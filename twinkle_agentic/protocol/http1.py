@@ -377,15 +377,6 @@ class ConnectionPool:
         self._idle.clear()
 
 
-def request_head(method: str, target: str, host: str, headers: Mapping[str, str] | None, length: int) -> bytes:
-    """The request line and headers of one request (``Content-Length`` always sent)."""
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
-    if headers:
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-    lines.append(f"Content-Length: {length}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
 def response_head(status: int, reason: str, headers: Mapping[str, str], length: int, keep_alive: bool) -> bytes:
     lines = [f"HTTP/1.1 {status} {reason}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
