@@ -10,6 +10,7 @@ driver to replace the worker.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -69,6 +70,9 @@ class RolloutWorker:
         start = time.perf_counter()
         self.mode = mode_class(cfg.mode)(cfg, self.spec, self.recorder)
         self.startup_s = time.perf_counter() - start
+        # The engine leaves millions of long-lived objects behind; without this every full collection
+        # walks them and stops the worker's threads for 1-2 s mid-rollout (measured in bench/async_rollout).
+        gc.freeze()
         self._engine_lock = contextlib.nullcontext() if self.mode.concurrent_batches else threading.Lock()
         self._open_pool = ThreadPoolExecutor(max(1, self.spec.tool_concurrency), thread_name_prefix="open-tools")
 
