@@ -68,6 +68,12 @@ class APIMultiTurnRollout(Rollout):
 
     Output: the input trajectory plus ``messages``, ``turns`` (assistant messages appended),
     ``stop_reason``, ``truncated`` and ``error`` when set.
+
+    Speed (``docs/bench/api_rollout.md``): a blocking call runs on the rollout's own event loop
+    (``event_loop``: ``'auto'`` = uvloop when installed), kept between calls so the API client's
+    keep-alive connections serve the next batch; ``close()`` releases it. ``tool_workers=0`` runs
+    tools on the event loop (only for tools that return in microseconds: a slow one stalls every
+    trajectory); by default they run on a pool of ``min(64, max(4, concurrency))`` threads.
     """
 
     def __init__(
