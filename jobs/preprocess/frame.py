@@ -102,7 +102,14 @@ class FrameBuilder:
     def build(self) -> Any:
         import pyarrow as pa
 
-        return pa.table(self.columns, schema=frame_schema(self.with_dedup_key))
+        schema = frame_schema(self.with_dedup_key)
+        try:
+            return pa.table(self.columns, schema=schema)
+        except UnicodeEncodeError:  # rare: a row holds a lone surrogate; pay for the scan only then
+            from .sources import escape_surrogates
+
+            self.columns[ROW] = [escape_surrogates(text) for text in self.columns[ROW]]
+            return pa.table(self.columns, schema=schema)
 
 
 def passthrough(table: Any, with_dedup_key: bool = False) -> Any:

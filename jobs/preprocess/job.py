@@ -2,9 +2,10 @@
 
 Data flow::
 
-    RecordDatasource (raw records + ids)
-      -> streaming repartition (blocks of batch_size: one big file still spreads over every CPU)
-      -> stage 1: parse + cheap steps (map_batches over tasks)        } one stage per group of cheap
+    RecordDatasource: raw records + ids, and in the same task stage 1 (parse + cheap steps) on
+      each block; only when files alone would leave CPUs idle are the records re-blocked to
+      batch_size rows first and stage 1 runs as a map_batches over tasks
+      -> stage 2...: cheap steps (map_batches over tasks)              } one stage per group of cheap
       -> model step (map_batches over an actor pool, models load once) } steps, per model step,
       -> dedup: hash repartition by group key -> winners per partition } and per DedupFilter
       -> ...
@@ -12,7 +13,7 @@ Data flow::
 
 Where dedup runs is the config's choice: a ``DedupFilter`` entry becomes a shuffle at exactly that
 place in the pipeline, and the one-process reference runs it on all surviving rows at the same
-place. The bundled default puts it first, as the seed documents do.
+place. The bundled default puts it last (its comments say why); the seed documents put it first.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .steps import ConfigError, Stage, build_step, plan_stages, unique_names
 logger = logging.getLogger(__name__)
 
 MAX_DEFAULT_PARTITIONS = 64
+READ_TASKS_PER_CPU = 8
 # Ray's default (1 GiB) buffers the whole input of a dedup shuffle at our sizes before the first map
 # task runs; smaller batches let the shuffle map run while the filters are still producing rows.
 SHUFFLE_INPUT_BATCH_BYTES = 64 << 20
@@ -74,24 +76,50 @@ def needs_split(sources: list[Source], cpus: int) -> bool:
     return len(sources) < cpus or max(sizes, default=0) * cpus > sum(sizes)
 
 
+def read_tasks(sources: list[Source], cpus: int) -> int:
+    """Read tasks when each reads whole files: one per file, at most READ_TASKS_PER_CPU per CPU."""
+    return max(1, min(len(sources), READ_TASKS_PER_CPU * cpus))
+
+
+def stage_adapter(stage: Stage, steps: list[Any], names: list[str]) -> StageAdapter:
+    return StageAdapter(
+        [steps[p] for p in stage.positions],
+        stage.positions,
+        [names[p] for p in stage.positions],
+        parse=stage.parse,
+        dedup=stage.dedup_next,
+    )
+
+
 def build(
-    ds: Any,
+    sources: list[Source],
     steps: list[Any],
     names: list[str],
     stages: list[Stage],
     cfg: PreprocessConfig,
     partitions: int,
-    split_records: bool = True,
+    split_records: bool,
+    cpus: int,
 ) -> Any:
-    """Chain the stages onto a dataset of raw records; returns the dataset of final frames.
+    """The read and the stages on top of it; returns the dataset of final frames.
 
-    Without ``split_records`` Ray fuses the read with the first stage: each task reads a file and
-    filters it, with no hop through the object store and half the tasks.
+    Without ``split_records`` each read task takes whole files and runs the first stage on every
+    block it reads (see :mod:`.read`): no hop through the object store, batches of exactly the first
+    stage's batch size. With ``split_records`` the raw records are re-blocked first, so one big file
+    still spreads over every CPU, and the first stage is a ``map_batches`` like the others.
     """
     import ray.data
 
+    from .read import RecordDatasource
+
+    first_batch = stages[0].batch_size or cfg.batch_size
     if split_records:
-        ds = ds.repartition(target_num_rows_per_block=cfg.batch_size)
+        ds = ray.data.read_datasource(RecordDatasource(sources, first_batch))
+        ds = ds.repartition(target_num_rows_per_block=first_batch)
+    else:
+        fused = RecordDatasource(sources, first_batch, transform=stage_adapter(stages[0], steps, names))
+        ds = ray.data.read_datasource(fused, override_num_blocks=read_tasks(sources, cpus))
+        stages = stages[1:]
     for stage in stages:
         if stage.kind == "dedup":
             (position,) = stage.positions
@@ -102,13 +130,7 @@ def build(
                 batch_format="pyarrow",
             )
             continue
-        adapter = StageAdapter(
-            [steps[p] for p in stage.positions],
-            stage.positions,
-            [names[p] for p in stage.positions],
-            parse=stage.parse,
-            dedup=stage.dedup_next,
-        )
+        adapter = stage_adapter(stage, steps, names)
         batch_size = stage.batch_size or cfg.batch_size
         if stage.kind == "actor":
             ds = ds.map_batches(
@@ -205,7 +227,6 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     import ray.data
     from ray.data.context import ShuffleStrategy
 
-    from .read import RecordDatasource
     from .sink import PreprocessDatasink
 
     cfg.validate()
@@ -234,8 +255,7 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     )
 
     start = time.perf_counter()
-    ds = ray.data.read_datasource(RecordDatasource(sources, cfg.batch_size))
-    ds = build(ds, steps, names, stages, cfg, partitions, split_records=split)
+    ds = build(sources, steps, names, stages, cfg, partitions, split, cpus)
     sink = PreprocessDatasink(
         cfg.output, [s.uri for s in sources], uuid.uuid4().hex[:12], cfg.output_format, cfg.rows_per_file
     )

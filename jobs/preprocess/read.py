@@ -5,11 +5,17 @@ Here a read task only splits files into records (``_src``, ``_line``, ``_raw`` b
 map stage parses them, so a bad line becomes a ``malformed_json`` drop with its file and line number.
 Files are assigned to read tasks in contiguous runs of similar total size; each task streams its
 files in blocks of ``block_rows`` records.
+
+Given a ``transform`` (the first stage), each read task applies it to every block as soon as the
+block is cut, and yields the stage's output instead of raw records. That is the read fused with the
+first stage, in batches of exactly ``block_rows``: Ray Data fuses a read with a following
+``map_batches`` only when it may merge the read's blocks first, which turns batches into whole files
+(every row of a file alive at once, and the garbage collector scanning all of them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ray.data.block import BlockMetadata
@@ -48,6 +54,10 @@ def read_blocks(sources: list[Source], block_rows: int) -> Iterator[Any]:
             yield pa.table([srcs, lines, raws], schema=schema)
 
 
+def transformed(blocks: Iterator[Any], transform: Callable[[Any], Any] | None) -> Iterator[Any]:
+    return blocks if transform is None else (transform(block) for block in blocks)
+
+
 def split_sources(sources: list[Source], parallelism: int) -> list[list[Source]]:
     """Contiguous groups of sources with about equal estimated size, at most ``parallelism`` groups."""
     if not sources:
@@ -72,13 +82,17 @@ def split_sources(sources: list[Source], parallelism: int) -> list[list[Source]]
 class RecordDatasource(Datasource):
     """Raw records of JSONL (plain or compressed) and Parquet files with (source, line) ids."""
 
-    def __init__(self, sources: list[Source], block_rows: int):
+    def __init__(self, sources: list[Source], block_rows: int, transform: Callable[[Any], Any] | None = None):
         super().__init__()
         self.sources = list(sources)
         self.block_rows = block_rows
+        self.transform = transform
 
     def get_name(self) -> str:
-        return "ReadRecords"
+        return "ReadRecords" if self.transform is None else "ReadRecordsAndFilter"
+
+    def _schema(self) -> Any:
+        return read_schema() if self.transform is None else self.transform.output_schema()
 
     def estimate_inmemory_data_size(self) -> int | None:
         return sum(_estimated_size(s) for s in self.sources)
@@ -87,7 +101,7 @@ class RecordDatasource(Datasource):
         self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
     ) -> list[ReadTask]:
         tasks = []
-        block_rows = self.block_rows
+        block_rows, transform = self.block_rows, self.transform
         for group in split_sources(self.sources, parallelism if parallelism > 0 else len(self.sources)):
             metadata = BlockMetadata(
                 num_rows=None,
@@ -97,9 +111,9 @@ class RecordDatasource(Datasource):
             )
             tasks.append(
                 ReadTask(
-                    lambda group=group: read_blocks(group, block_rows),
+                    lambda group=group: transformed(read_blocks(group, block_rows), transform),
                     metadata,
-                    schema=read_schema(),
+                    schema=self._schema(),
                     per_task_row_limit=per_task_row_limit,
                 )
             )

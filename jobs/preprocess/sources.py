@@ -247,6 +247,19 @@ def dumps(row: Any) -> str:
     return json.dumps(row, ensure_ascii=False, default=json_default)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` (JSON from :func:`dumps`) with lone surrogates written as ``\\uXXXX`` escapes again.
+
+    Valid JSON may spell half of a surrogate pair (``"\\ud83d"``, a cut emoji); Python decodes it to
+    a lone surrogate, which UTF-8 (and so Arrow and every output file) cannot hold. Escaped, the text
+    is valid UTF-8 and still decodes to exactly the same row.
+    """
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def iter_parquet_rows(uri: str, batch_rows: int = 4096) -> Iterator[tuple[int, bytes]]:
     """(1-based row number, row as JSON bytes) of every row of a Parquet file."""
     import pyarrow.parquet as pq

@@ -73,6 +73,9 @@ class StageAdapter:
         self.parse = parse
         self.dedup = dedup
 
+    def output_schema(self) -> Any:
+        return frame_schema(self.dedup is not None)
+
     def warmup(self) -> None:
         """Load what the steps need (models) now: called once per actor in an actor pool."""
         for step in self.steps:
@@ -85,7 +88,7 @@ class StageAdapter:
 
         with_key = self.dedup is not None
         if table.num_rows == 0:  # Ray may hand over empty blocks without columns
-            return frame_schema(with_key).empty_table()
+            return self.output_schema().empty_table()
         out = FrameBuilder(with_key)
         records: list[dict] = []
         if self.parse:

@@ -84,6 +84,23 @@ def chat_rows(n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
+def cut_emoji_row(row_id: int) -> dict:
+    """Valid JSON whose text holds half of a surrogate pair (a cut emoji): Python reads it as a lone
+    surrogate, which UTF-8 cannot encode. It is a row like any other and must survive the job."""
+    return {
+        "id": row_id,
+        "source": "test",
+        "messages": [
+            {"role": "user", "content": "My message was cut inside an emoji \ud83d, can you still read it?"},
+            {
+                "role": "assistant",
+                "content": "Yes. The broken character is kept exactly as it is, and the rest of your "
+                "message reads fine, so nothing you wrote is lost.",
+            },
+        ],
+    }
+
+
 # The last one is not UTF-8 (written through surrogateescape).
 BAD_LINES = ["{not json", "[1, 2, 3]", '"just a string"', '{"truncated": [', "\udcff\udcfe garbage"]
 
@@ -91,7 +108,8 @@ BAD_LINES = ["{not json", "[1, 2, 3]", '"just a string"', '{"truncated": [', "\u
 def write_jsonl_files(
     directory: Path, rows: list[dict], n_files: int, gz_last: bool = True, bad_every: int = 97
 ) -> list[Path]:
-    """Split rows over ``n_files`` files (the last gzipped), with bad and blank lines sprinkled in."""
+    """Split rows over ``n_files`` files (the last gzipped), with bad and blank lines sprinkled in and
+    one cut-emoji row per file."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     per_file = (len(rows) + n_files - 1) // n_files
@@ -105,6 +123,8 @@ def write_jsonl_files(
                 bad += 1
             if j % 50 == 7:
                 lines.append("   ")
+            if j == 3:
+                lines.append(json.dumps(cut_emoji_row(900_000 + f)))
         text = "\r\n".join(lines) if f == 0 else "\n".join(lines) + "\n"
         gz = gz_last and f == n_files - 1 and n_files > 1
         path = directory / f"part-{f:02d}.jsonl{'.gz' if gz else ''}"

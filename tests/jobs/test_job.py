@@ -22,19 +22,26 @@ from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps
 pytestmark = pytest.mark.integration
 
 
+def input_records(inputs: list[str]) -> dict[tuple[str, int], tuple[dict | None, str | None, object]]:
+    """(source, line) -> parse_record of that record, straight from the input files."""
+    return {
+        (source.uri, line): parse_record(raw)
+        for source in expand_inputs(inputs)
+        for line, raw in iter_records(source)
+    }
+
+
 def input_ids(inputs: list[str]) -> dict[tuple[str, int], int]:
-    """(source, line) -> row id, straight from the input files."""
-    ids = {}
-    for source in expand_inputs(inputs):
-        for line, raw in iter_records(source):
-            row, _, _ = parse_record(raw)
-            if row is not None:
-                ids[(source.uri, line)] = row["id"]
-    return ids
+    """(source, line) -> row id of every record that is a row."""
+    return {key: row["id"] for key, (row, _, _) in input_records(inputs).items() if row is not None}
+
+
+def local_path(uri: str) -> Path:
+    return Path(uri.removeprefix("local://"))
 
 
 def check_run_against_reference(cfg: PreprocessConfig, summary_line: str) -> dict:
-    out = read_outputs(Path(cfg.output))
+    out = read_outputs(local_path(cfg.output))
     _, steps, _, _ = plan(cfg)
     reference = reference_outputs(run_in_process(cfg.inputs, steps))
     assert out["kept"] == reference["kept"]
@@ -49,11 +56,15 @@ def check_run_against_reference(cfg: PreprocessConfig, summary_line: str) -> dic
     for step in stats["steps"]:
         assert step["before"] == step["after"] + step["dropped"]
         assert step["dropped"] == sum(step["reasons"].values())
-    # every ledger entry points at the input line the row came from
-    ids = input_ids(cfg.inputs)
+    # every ledger entry points at the input line the row came from; read drops carry that line's
+    # text (not JSON) or value (not an object) and the reason parsing it gives
+    records = input_records(cfg.inputs)
     for entry in out["ledger"]:
-        if isinstance(entry["row"], dict):
-            assert ids[(entry["source"], entry["line"])] == entry["row"]["id"]
+        row, reason, value = records[(entry["source"], entry["line"])]
+        if entry["step"] == "read":
+            assert (entry["reason"], entry["row"]) == (reason, value)
+        else:
+            assert entry["row"]["id"] == row["id"]
     return out
 
 
@@ -80,7 +91,7 @@ PIPELINES = {
     "dedup-last": [StepSpec("HardFilter"), StepSpec("job_steps:ShoutMapper"), StepSpec("DedupFilter")],
     "two-dedups-and-actor": [
         StepSpec("DedupFilter", {"prefix_chars": 20, "asst_chars": 20}),
-        StepSpec("job_steps:ModelStep", {"marker_dir": "MARKERS"}, actors=1),
+        StepSpec("job_steps:ModelStep", {"marker_dir": "MARKERS"}, actors=2),
         StepSpec("DedupFilter"),
         StepSpec("HardFilter", {"min_user_chars": 12}),
     ],
@@ -88,12 +99,12 @@ PIPELINES = {
 
 
 @pytest.mark.parametrize(
-    "pipeline, batch_size, partitions, output_format, split_records",
+    "pipeline, batch_size, partitions, output_format, split_records, uris",
     [
-        ("bundled-default", 200, 2, "jsonl", None),
-        ("dedup-first", 64, 1, "jsonl", False),
-        ("dedup-last", 256, 3, "parquet", True),
-        ("two-dedups-and-actor", 1000, 7, "jsonl", None),
+        ("bundled-default", 200, 2, "jsonl", None, False),
+        ("dedup-first", 64, 1, "jsonl", False, False),
+        ("dedup-last", 256, 3, "parquet", True, True),
+        ("two-dedups-and-actor", 1000, 7, "jsonl", None, False),
     ],
 )
 def test_job_equals_one_process_run(
@@ -108,18 +119,24 @@ def test_job_equals_one_process_run(
     partitions,
     output_format,
     split_records,
+    uris,
 ):
     """Run through the CLI, as users do, and compare with the one-process run of the same config.
 
-    ``split_records`` forces re-blocking the read output on or off (None: the job decides)."""
+    ``split_records`` forces re-blocking the read output on or off (None: the job decides). ``uris``
+    names inputs and output as ``local://`` URIs: pyarrow resolves them like any remote file system
+    (s3://, gs://, hdfs://), so the URI path of reading, globbing, writing and the ledger's sources
+    runs on every worker."""
     if split_records is not None:
         monkeypatch.setattr("jobs.preprocess.job.needs_split", lambda sources, cpus: split_records)
     markers = tmp_path / "markers"
     markers.mkdir()
-    inputs = [str(chat_inputs / "*.jsonl*"), str(parquet_input)] + (
+    scheme = "local://" if uris else ""
+    inputs = [scheme + str(chat_inputs / "*.jsonl*"), scheme + str(parquet_input)] + (
         [str(SAMPLE)] if pipeline == "bundled-default" else []
     )
-    argv = ["--input", *inputs, "--output", str(tmp_path / "out"), "--batch-size", str(batch_size)]
+    output = scheme + str(tmp_path / "out")
+    argv = ["--input", *inputs, "--output", output, "--batch-size", str(batch_size)]
     argv += ["--dedup-partitions", str(partitions), "--output-format", output_format, "--no-progress"]
     if pipeline != "bundled-default":
         steps = [
@@ -139,9 +156,9 @@ def test_job_equals_one_process_run(
     assert {("read", "malformed_json"), ("read", "invalid_row")} <= reasons
     assert any(step.startswith("DedupFilter") and reason == "duplicate" for step, reason in reasons)
     assert all("__twinkle_row_id__" not in line for line in out["kept_lines"])
-    assert any(
-        json.loads(line)["id"] in range(100_000, 200_000) for line in out["kept_lines"]
-    )  # Parquet rows made it
+    kept_ids = {json.loads(line)["id"] for line in out["kept_lines"]}
+    assert kept_ids & set(range(100_000, 200_000))  # Parquet rows made it
+    assert kept_ids & set(range(900_000, 900_003))  # and a row holding a lone surrogate
     if output_format == "parquet":
         table = pq.read_table(tmp_path / "out" / "kept")
         assert table.column_names == ["source", "line", "row"]
@@ -150,9 +167,9 @@ def test_job_equals_one_process_run(
             assert ids[(source, line)] == json.loads(row)["id"]
     if pipeline == "two-dedups-and-actor":
         assert ("ModelStep", "mentions_sql") in reasons
-        # the model loaded eagerly, once, in the pool's one actor; never lazily inside the job
+        # the pool has the configured 2 actors; the model loaded eagerly, once in each, never lazily
         job_loads = [p.name for p in markers.iterdir() if not p.name.endswith(f"-{os.getpid()}")]
-        assert len(job_loads) == 1 and job_loads[0].startswith("warmup-")
+        assert len(job_loads) == 2 and all(name.startswith("warmup-") for name in job_loads)
         assert [s["step"] for s in out["stats"]["steps"]] == [
             "read",
             "DedupFilter",

@@ -8,7 +8,7 @@ import random
 
 import pyarrow as pa
 import pytest
-from job_data import chat_rows
+from job_data import chat_rows, cut_emoji_row
 from job_steps import LosesKeys, ModelStep, ShoutMapper
 
 from jobs.preprocess.frame import DKEY, DROPPED, KIND, LIVE, STATS, read_schema
@@ -62,6 +62,14 @@ def test_parse_stage_runs_steps_and_accounts_for_every_record():
     assert records["read"]["before"] == 4 and records["read"]["after"] == 2
     assert records["HardFilter"]["before"] == 2 and records["HardFilter"]["dropped"] == 1
     assert records["ShoutMapper"]["before"] == records["ShoutMapper"]["after"] == 1
+
+
+def test_rows_with_lone_surrogates_are_kept_exactly():
+    row = cut_emoji_row(5)
+    out = StageAdapter([HardFilter()], [0], ["HardFilter"], parse=True)(raw_table([json.dumps(row).encode()]))
+    (live,) = frames(out, LIVE)
+    assert json.loads(live["row"]) == row
+    live["row"].encode("utf-8")  # the text the sink writes is valid UTF-8
 
 
 def test_later_stage_passes_dropped_rows_through_and_adds_dedup_keys():
