@@ -82,7 +82,20 @@ class KeptLoop:
         return await coroutine
 
     def close(self) -> None:
-        """Close the held sessions (their connections) and the loop; idempotent."""
+        """Close the held sessions (their connections) and the loop; idempotent.
+
+        Also safe where another event loop runs in this thread (a finalizer called by the garbage
+        collector inside async code): the kept loop is then closed from a helper thread."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._close()
+            return
+        closer = threading.Thread(target=self._close, name="kept-loop-close")
+        closer.start()
+        closer.join()
+
+    def _close(self) -> None:
         with self._lock:
             if self._closed:
                 return
