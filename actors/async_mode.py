@@ -20,6 +20,7 @@ from typing import Any
 from twinkle_agentic.data_format import SamplingParams, Trajectory
 
 from .config import FarmConfigError
+from .modes import engine_template
 
 OPTION_KEYS = ("tool_limits", "default_tool_limit", "parallel_tool_calls", "failure_policy")
 
@@ -74,13 +75,10 @@ class AsyncRollout:
     def __init__(self, engine: Any, spec: Any, recorder: Any):
         from twinkle_agentic.rollout.async_multi_turn import AsyncMultiTurnRollout
         from twinkle_agentic.sampler import AsyncVLLMSampler
-        from twinkle_agentic.template import Template
 
         options = self.check_options(dict(spec.mode_options))
         self.sampler = AsyncVLLMSampler(engine.model, **engine.sampler_kwargs())
-        template_kwargs = dict(spec.template)
-        template_kwargs.setdefault("max_length", self.sampler.max_model_len)
-        self.template = Template(engine.model, **template_kwargs)
+        self.template = engine_template(engine, spec, self.sampler)
         self.rollout_impl = AsyncMultiTurnRollout(
             TimedAsyncSampler(self.sampler, recorder),
             self.template,

@@ -74,6 +74,16 @@ def check_mode_options(mode: str, options: dict[str, Any]) -> dict[str, Any]:
     return check(options)
 
 
+def engine_template(engine: Any, spec: Any, sampler: Any) -> Any:
+    """The chat template of ``engine.model`` with the spec's options; ``max_length`` defaults to the
+    engine's context length."""
+    from twinkle_agentic.template import Template
+
+    template_kwargs = dict(spec.template)
+    template_kwargs.setdefault("max_length", sampler.max_model_len)
+    return Template(engine.model, **template_kwargs)
+
+
 class TimedSampler:
     """A sampler whose ``sample`` calls are recorded as engine intervals; everything else passes through."""
 
@@ -98,12 +108,9 @@ class SyncRollout:
     def __init__(self, engine: Any, spec: Any, recorder: Any):
         from twinkle_agentic.rollout.multi_turn import MultiTurnRollout
         from twinkle_agentic.sampler import VLLMSampler
-        from twinkle_agentic.template import Template
 
         self.sampler = VLLMSampler(engine.model, **engine.sampler_kwargs())
-        template_kwargs = dict(spec.template)
-        template_kwargs.setdefault("max_length", self.sampler.max_model_len)
-        self.template = Template(engine.model, **template_kwargs)
+        self.template = engine_template(engine, spec, self.sampler)
         self.rollout_impl = MultiTurnRollout(
             TimedSampler(self.sampler, recorder),
             self.template,
