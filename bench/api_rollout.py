@@ -23,7 +23,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -33,6 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.records import git_sha  # noqa: E402
 from twinkle_agentic.protocol import OpenAI  # noqa: E402
 from twinkle_agentic.protocol.local_server import free_port  # noqa: E402
 from twinkle_agentic.protocol.scripted_server import start_scripted_server  # noqa: E402
@@ -94,13 +94,6 @@ def measure(label: str, run: Any, n: int, turns: int, latency_s: float, concurre
         "server_cpu_ms_per_request": round(1000 * server_cpu / requests, 3),
         "outcomes": dict(Counter(outcomes)),
     }
-
-
-def git_sha() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "unknown"
 
 
 def _tool_workers(text: str) -> int | None:

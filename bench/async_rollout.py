@@ -46,7 +46,6 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -55,6 +54,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.records import git_sha  # noqa: E402
+
 for _key, _value in {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "TORCH_COMPILE_DISABLE": "1",
@@ -93,15 +95,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json-out", default=None, help="append the JSON record to this file")
     return p
-
-
-def git_sha() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
 
 
 class GcPauses:

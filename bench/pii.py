@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -29,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.records import git_sha  # noqa: E402
 
 EVAL_SET = ROOT / "bench" / "data" / "pii_eval.jsonl"
 GROUPS = {"CN_PHONE": "PHONE", "PHONE_NUMBER": "PHONE", "CN_LANDLINE": "PHONE", "CREDIT_CARD": "CARD", "CN_BANK": "CARD"}
@@ -167,14 +168,6 @@ class NaiveLoop:
         entities = [e for e in self.entities if lang == "en" or e not in ("PERSON", "LOCATION")]
         results = self.analyzer.analyze(text=text, language=lang, entities=entities, score_threshold=0.5)
         return self.anonymizer.anonymize(text=text, analyzer_results=results, operators=self.operators).text
-
-
-def git_sha() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def throughput(rows: list[dict], batch: int, rounds: int) -> dict:

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.records import git_sha  # noqa: E402
+
 for _key, _value in {"TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}.items():
     os.environ.setdefault(_key, _value)
 
@@ -51,13 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the embedded cluster")
     p.add_argument("--json-out", default=None, help="append the JSON record to this file")
     return p
-
-
-def git_sha() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "unknown"
 
 
 def demo_config(args: argparse.Namespace) -> Any:

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.records import git_sha  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,15 +96,6 @@ def timed(f: Any, rows: list[dict[str, Any]]) -> float:
     start = time.perf_counter()
     f(rows)
     return time.perf_counter() - start
-
-
-def git_sha() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def cpu_seconds() -> float:

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.records import git_sha  # noqa: E402
+
 for _key, _value in {"VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1"}.items():
     os.environ.setdefault(_key, _value)
 
@@ -44,13 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tool-prompts", type=int, default=16, help="held-out prompts per kind in part 2")
     p.add_argument("--json-out", default=None, help="append the JSON record to this file")
     return p
-
-
-def git_sha() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "unknown"
 
 
 def overhead(sampler: Any, template: Any, n: int, length: int, repeats: int) -> dict[str, Any]:
