@@ -116,8 +116,10 @@ def test_trained_rounds_rank_easy_and_random_answers_hard(backend):
         )
     # across contexts only ChrMin separates the groups: IFD's scale depends on how much the context
     # (weather vs calculator) helps any answer, so SIFD is compared within a context above
-    assert max(r["scores"]["chr_min"]["score"] for r in hard) < 0.65 < min(
-        r["scores"]["chr_min"]["score"] for r in easy
+    assert (
+        max(r["scores"]["chr_min"]["score"] for r in hard)
+        < 0.65
+        < min(r["scores"]["chr_min"]["score"] for r in easy)
     )
     # a threshold between the two groups keeps the hard rounds and drops the easy ones (SPEC: ChrMin keeps
     # scores below its threshold); an observe-only SIFD beside it changes nothing
@@ -155,6 +157,34 @@ def test_batching_and_padding_change_nothing(vllm_sampler, tiny_template, backen
             assert b["scores"][name]["score"] == pytest.approx(p["scores"][name]["score"], abs=1e-4)
     one = SamplerBackend(recording, tiny_template, dp_size=4).prompt_logprobs([batched[0]["asst_ids"]])
     assert recording.sizes[-1] == 4 and len(one) == 1 and one[0][0] is None
+
+
+def test_prefix_sharing_reads_the_same_logprobs_as_separate_sequences(backend):
+    """Rows cut from one trajectory: each conditional sequence starts the next, so the engine gets only
+    the longest, and every score matches fetching each sequence on its own."""
+    rows = []
+    for d, dialogue in enumerate(trained_dialogues(3, seed=5)):
+        messages = dialogue["messages"]
+        rows += [
+            {
+                "id": f"t{d}-{i}",
+                "messages": messages[: i + 1],
+                "tools": dialogue["tools"],
+                "user_data": {"key_rounds": [i]},
+            }
+            for i, m in enumerate(messages)
+            if m["role"] == "assistant"
+        ]
+    shared = ScoreFilter(["sifd", "chr_min"], backend=backend)
+    separate = ScoreFilter(["sifd", "chr_min"], backend=backend)
+    separate.share_prefixes = False
+    with_sharing, without = score_records(shared, rows), score_records(separate, rows)
+    requested, sent = shared.last_logprob_tokens
+    assert sent < 0.8 * requested and separate.last_logprob_tokens == (requested, requested)
+    for a, b in zip(with_sharing, without, strict=True):
+        assert a["features"]["deltas"][1:] == pytest.approx(b["features"]["deltas"][1:], abs=1e-3)
+        for name in ("sifd", "chr_min"):
+            assert a["scores"][name]["score"] == pytest.approx(b["scores"][name]["score"], rel=1e-3)
 
 
 def test_short_and_overlong_rounds_are_unmeasured_per_round(backend):

@@ -39,6 +39,7 @@ from ...data_format import user_data_set
 from ..base import INVALID_ROW, drop
 from ..batch import to_rows
 from .backends import build_backend
+from .backends.base import TokenLogprobs, covering_sequences
 from .char_stats import CharStatsScorer
 from .contexts import KEY_ROUNDS, build_contexts, key_rounds_of, tokenize_contexts
 from .logprob import ChrMinScorer, SIFDScorer, answer_deltas
@@ -123,6 +124,9 @@ class ScoreFilter:
     name = "ScoreFilter"
     #: True on instances with a model backend: run them as an actor pool that holds the engine.
     needs_actor = False
+    #: Fetch the prompt logprobs of a sequence that is a token prefix of another one in the same batch
+    #: from the longer one (exact for causal models). Off only to measure what sharing saves.
+    share_prefixes = True
 
     def __init__(
         self,
@@ -179,6 +183,8 @@ class ScoreFilter:
         self.needs_tokens = self.backend is not None and any(s.requires_backend for s in self.scorers)
         self.needs_logprobs = any(s.requires_logprobs for s in self.scorers)
         self.last_summary: dict[str, dict[str, Any]] = {}
+        #: (tokens the last batch's logprobs covered, tokens sent to the backend after prefix sharing)
+        self.last_logprob_tokens = (0, 0)
 
     def warmup(self) -> None:
         """Build the engine, clients and embedding models now (once per actor) rather than on the first batch."""
@@ -196,13 +202,38 @@ class ScoreFilter:
         if not ready:
             return
         batch = [c.prompt_ids + c.asst_ids for c in ready] + [list(c.asst_ids) for c in ready]
-        logprobs = self.backend.prompt_logprobs(batch)
+        logprobs = self._prompt_logprobs(batch)
         for k, ctx in enumerate(ready):
             conditional, unconditional = logprobs[k], logprobs[len(ready) + k]
             if conditional is None or unconditional is None:
                 ctx.error = "prompt logprobs failed"
             else:
                 ctx.deltas = answer_deltas(conditional, unconditional, len(ctx.prompt_ids))
+
+    def _prompt_logprobs(self, batch: list[list[int]]) -> list[TokenLogprobs | None]:
+        """The backend's prompt logprobs of ``batch``, fetching each shared prefix once.
+
+        Sequences that are token prefixes of longer ones are read off the longer one (see
+        ``covering_sequences``); one whose longer sequence failed (too long for the engine, say) is
+        fetched on its own, so sharing never costs a round its score.
+        """
+        if self.share_prefixes:
+            fetch, slots = covering_sequences(batch)
+        else:
+            fetch, slots = batch, list(range(len(batch)))
+        fetched = self.backend.prompt_logprobs(fetch)
+        out = [
+            None if fetched[k] is None else fetched[k][: len(seq)]
+            for k, seq in zip(slots, batch, strict=True)
+        ]
+        retry = [i for i, k in enumerate(slots) if out[i] is None and len(fetch[k]) > len(batch[i])]
+        if retry:
+            for i, logprobs in zip(
+                retry, self.backend.prompt_logprobs([batch[i] for i in retry]), strict=True
+            ):
+                out[i] = logprobs
+        self.last_logprob_tokens = (sum(map(len, batch)), sum(map(len, fetch)))
+        return out
 
     def _skip_reason(self, scorer: Any, ctx: ScoreContext) -> str | None:
         uses_tokens = scorer.requires_logprobs or (

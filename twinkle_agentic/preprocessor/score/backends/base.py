@@ -112,6 +112,27 @@ def read_or_none(entries: Sequence[Any] | None, ids: Sequence[int], what: str) -
     return call_or_none(lambda: read_prompt_logprobs(entries, ids), what)
 
 
+def covering_sequences(batch: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
+    """The fewest sequences whose prompt logprobs hold those of every sequence in ``batch``.
+
+    A causal model's logprob of a token depends only on the tokens before it, so a sequence that
+    equals, or is a token prefix of, another sequence of the batch can be read off the longer one.
+    Rounds of one conversation (and rows cut from one trajectory) share long histories, so this often
+    halves the tokens a batch sends to the engine. Returns the sequences to fetch and, per input, the
+    index of the fetched sequence that starts with it.
+    """
+    keys = [tuple(int(t) for t in seq) for seq in batch]
+    # In lexicographic order, the sequences that start with s follow s directly; so walking from the
+    # end, s is a prefix of some sequence exactly when it is a prefix of the last one kept.
+    fetch: list[list[int]] = []
+    slot: dict[tuple[int, ...], int] = {}
+    for key in sorted(set(keys), reverse=True):
+        if not fetch or tuple(fetch[-1][: len(key)]) != key:
+            fetch.append(list(key))
+        slot[key] = len(fetch) - 1
+    return fetch, [slot[key] for key in keys]
+
+
 def pad_batch(items: list[T], multiple: int) -> list[T]:
     """``items`` padded by repeating the last one to a multiple of ``multiple`` (data-parallel size)."""
     if multiple <= 1 or not items or len(items) % multiple == 0:
