@@ -273,6 +273,21 @@ def test_concurrency_bounds_api_calls_and_tools_run_off_the_loop():
     assert tool.max_active > 1  # sync tools ran in parallel on the pool, not on the event loop
 
 
+def test_tool_threads_are_kept_between_calls_and_close_stops_them():
+    tool = Counting()
+    rollout = APIMultiTurnRollout(ScriptAPI(calls_then_answer(1)), ToolManager([tool]), tool_workers=2)
+    rollout([user(f"a{i}") for i in range(6)])
+    pool = rollout._pool
+    rollout([user(f"b{i}") for i in range(6)])
+    assert rollout._pool is pool  # the second batch ran on the same threads
+    threads = list(pool._threads)
+    assert threads and all(t.name.startswith("api-rollout-tool") and t.is_alive() for t in threads)
+    rollout.close()
+    assert rollout._pool is None and not any(t.is_alive() for t in threads)
+    assert all(o["stop_reason"] == "stop" for o in rollout([user("again")]))  # a later call starts new ones
+    rollout.close()
+
+
 def test_works_inside_a_running_event_loop():
     rollout = APIMultiTurnRollout(ScriptAPI(calls_then_answer(1)), ToolManager([Counting()]))
 

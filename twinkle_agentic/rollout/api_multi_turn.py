@@ -105,6 +105,7 @@ class APIMultiTurnRollout(Rollout):
             raise ValueError(f"tool_workers must be None or an integer >= 0, got {tool_workers!r}")
         self.event_loop = event_loops.check_event_loop(event_loop)
         self._loop: event_loops.KeptLoop | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.api = api
         self.tool_manager = tool_manager
         self.sampling_params = check_sampling_params(sampling_params)
@@ -140,14 +141,28 @@ class APIMultiTurnRollout(Rollout):
             weakref.finalize(self, self._loop.close)
         return self._loop
 
+    def _tool_pool(self) -> concurrent.futures.Executor | None:
+        """The threads synchronous tools run on, kept between calls like the loop (starting and
+        joining dozens of threads per batch costs milliseconds); None when tools run on the loop."""
+        if self.tool_workers == 0:
+            return None
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(self.tool_workers, thread_name_prefix="api-rollout-tool")
+            weakref.finalize(self, self._pool.shutdown, wait=False)
+        return self._pool
+
     def close(self) -> None:
-        """Close the kept event loop and the API connections on it (a later call opens new ones)."""
+        """Close the kept event loop, the API connections on it and the tool threads (a later call
+        opens new ones)."""
         loop, self._loop = self._loop, None
+        pool, self._pool = self._pool, None
         if loop is not None:
             loop.close()
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_loop": None}
+        return {**self.__dict__, "_loop": None, "_pool": None}
 
     async def arun(
         self,
@@ -168,8 +183,8 @@ class APIMultiTurnRollout(Rollout):
         api_slots = asyncio.Semaphore(self.concurrency)
         session = getattr(self.api, "session", None)
         async with session() if callable(session) else contextlib.nullcontext():
-            with _tool_pool(self.tool_workers) as pool, _heap_frozen():
-                run = _TrajectoryRun(self, params, call_kwargs, api_slots, pool)
+            with _heap_frozen():
+                run = _TrajectoryRun(self, params, call_kwargs, api_slots, self._tool_pool())
                 await asyncio.gather(*(run(t, spec) for t, spec in zip(batch, specs, strict=True)))
         if self.traces is not None:
             self.traces.write(batch, global_step)
@@ -288,12 +303,6 @@ def _heap_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def _tool_pool(workers: int) -> contextlib.AbstractContextManager[concurrent.futures.Executor | None]:
-    if workers == 0:
-        return contextlib.nullcontext()
-    return concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="api-rollout-tool")
 
 
 def _assistant_message(reply: Any) -> dict[str, Any]:

@@ -40,6 +40,22 @@ class Rollout(ABC):
 # -- input checks -------------------------------------------------------------------------------------
 
 
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def copy_json_like(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, strings, numbers), several times faster than
+    ``copy.deepcopy`` on messages; anything else inside is copied by ``copy.deepcopy``."""
+    kind = type(value)
+    if kind is dict:
+        return {key: copy_json_like(item) for key, item in value.items()}
+    if kind is list:
+        return [copy_json_like(item) for item in value]
+    if kind in _ATOMS:
+        return value
+    return copy.deepcopy(value)
+
+
 def prepare_trajectories(trajectories: Any) -> list[dict[str, Any]]:
     """Validate the batch and return private copies (the caller's objects are never mutated).
 
@@ -57,7 +73,7 @@ def prepare_trajectories(trajectories: Any) -> list[dict[str, Any]]:
         if messages is not None and not isinstance(messages, (list, tuple)):
             raise TypeError(f"trajectory {index}: 'messages' must be a list, got {type(messages).__name__}")
         copied = dict(trajectory)
-        copied["messages"] = copy.deepcopy(list(messages or []))
+        copied["messages"] = [copy_json_like(m) for m in messages or []]
         out.append(copied)
     return out
 
