@@ -19,6 +19,7 @@ place. The bundled default puts it last (its comments say why); the seed documen
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from typing import Any
@@ -35,9 +36,15 @@ logger = logging.getLogger(__name__)
 
 MAX_DEFAULT_PARTITIONS = 64
 READ_TASKS_PER_CPU = 8
-# Ray's default (1 GiB) buffers the whole input of a dedup shuffle at our sizes before the first map
-# task runs; smaller batches let the shuffle map run while the filters are still producing rows.
+# With SHUFFLE_V2 (chosen through RAY_DATA_DEFAULT_SHUFFLE_STRATEGY), Ray's default (1 GiB) buffers
+# the whole input of a dedup shuffle at our sizes before the first map task runs; smaller batches let
+# the shuffle map run while the filters are still producing rows.
 SHUFFLE_INPUT_BATCH_BYTES = 64 << 20
+# Logical CPUs a fused read+filter task asks Ray for; the read's ``concurrency`` (one task per cluster
+# CPU) is what bounds how many run at once. Ray Data reserves a whole CPU per downstream shuffle
+# operator from the start, although the shuffle does little until the read is done: with read tasks
+# asking for 1 CPU, a 2-CPU cluster ran one read task at a time (measured: docs/bench/preprocess_job.md).
+READ_TASK_CPUS = 0.25
 
 
 class InvariantError(RuntimeError):
@@ -118,7 +125,12 @@ def build(
         ds = ds.repartition(target_num_rows_per_block=first_batch)
     else:
         fused = RecordDatasource(sources, first_batch, transform=stage_adapter(stages[0], steps, names))
-        ds = ray.data.read_datasource(fused, override_num_blocks=read_tasks(sources, cpus))
+        ds = ray.data.read_datasource(
+            fused,
+            override_num_blocks=read_tasks(sources, cpus),
+            concurrency=cpus,
+            num_cpus=READ_TASK_CPUS,
+        )
         stages = stages[1:]
     for stage in stages:
         if stage.kind == "dedup":
@@ -235,12 +247,20 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     cluster = connect(cfg.address, cfg.num_cpus)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = cfg.progress
-    if context.shuffle_strategy not in (
+    if "RAY_DATA_DEFAULT_SHUFFLE_STRATEGY" not in os.environ or context.shuffle_strategy not in (
         ShuffleStrategy.HASH_SHUFFLE,
         ShuffleStrategy.SHUFFLE_V2,
         ShuffleStrategy.GPU_SHUFFLE,
     ):
-        context.shuffle_strategy = ShuffleStrategy.SHUFFLE_V2  # keyed repartition needs a hash shuffle
+        # A keyed repartition needs a hash shuffle. Ray's default (SHUFFLE_V2) runs its map and reduce
+        # tasks in worker pools of their own, so a run starts several more worker processes, cold, with
+        # the reduce workers starting only after the last read; HASH_SHUFFLE streams blocks into a few
+        # aggregator actors. An explicit RAY_DATA_DEFAULT_SHUFFLE_STRATEGY (a hash one) is respected.
+        context.shuffle_strategy = ShuffleStrategy.HASH_SHUFFLE
+    if context.hash_shuffle_operator_actor_num_cpus_override is None:
+        # The aggregators only buffer blocks until the read is done; a CPU share of theirs would keep
+        # a whole-CPU shuffle task from ever fitting beside a read on a 1-CPU cluster (a hang).
+        context.hash_shuffle_operator_actor_num_cpus_override = 0
     context.shuffle_input_batch_bytes = min(context.shuffle_input_batch_bytes, SHUFFLE_INPUT_BATCH_BYTES)
     cpus = cluster_cpus()
     partitions = cfg.dedup_partitions or min(MAX_DEFAULT_PARTITIONS, 2 * cpus)
