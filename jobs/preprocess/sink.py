@@ -23,8 +23,8 @@ from .frame import DROPPED, KIND, LINE, LIVE, REASON, ROW, SRC, STATS, STEP
 
 KEPT_DIR = "kept"
 DROPPED_DIR = "dropped"
-# Blocks reach the sink whole (a dedup partition is one block): convert them to Python in slices so
-# a write task holds at most this many rows as Python objects.
+# Blocks reach the sink whole (a dedup partition is one block): write them in slices so a write task
+# holds the output text of at most this many rows at once.
 WRITE_SLICE_ROWS = 8192
 
 
@@ -82,12 +82,68 @@ def output_filesystem(uri: str) -> tuple[Any, str]:
     return fs.LocalFileSystem(), os.path.abspath(os.path.expanduser(local))
 
 
-def ledger_line(step: str, reason: str, source: str, line: int, row_json: str) -> str:
-    """``{"step", "reason", "source", "line", "row"}`` with the row's JSON embedded as is."""
-    return (
-        f'{{"step": {json.dumps(step, ensure_ascii=False)}, "reason": {json.dumps(reason, ensure_ascii=False)}, '
-        f'"source": {json.dumps(source, ensure_ascii=False)}, "line": {line}, "row": {row_json}}}\n'
+def _literal(value: str) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _json_literals(column: Any) -> Any:
+    """``column`` (strings) as JSON string literals, encoded once per distinct value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    literals = [_literal(v) for v in encoded.dictionary.to_pylist()]
+    return pa.array(literals, pa.large_binary()).take(encoded.indices)
+
+
+def _concat(*parts: Any) -> Any:
+    """Row-wise concatenation of binary columns and ``bytes`` constants."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def binary(part: Any) -> Any:
+        if isinstance(part, bytes):
+            return pa.scalar(part, pa.large_binary())
+        return pc.cast(part, pa.large_binary())
+
+    return pc.binary_join_element_wise(*(binary(p) for p in parts), binary(b""))
+
+
+def ledger_lines(dropped: Any, source_literals: Any) -> Any:
+    """One line per row of ``dropped`` (frame rows), built column-wise in Arrow:
+    ``{"step", "reason", "source", "line", "row"}`` with the row's JSON embedded as is.
+
+    ``source_literals`` holds the JSON literal of each input file's URI, indexed by ``_src``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return _concat(
+        b'{"step": ',
+        _json_literals(dropped.column(STEP)),
+        b', "reason": ',
+        _json_literals(dropped.column(REASON)),
+        b', "source": ',
+        source_literals.take(dropped.column(SRC)),
+        b', "line": ',
+        pc.cast(dropped.column(LINE), pa.string()),
+        b', "row": ',
+        dropped.column(ROW),
+        b"}\n",
     )
+
+
+def text_buffers(lines: Any) -> list:
+    """The bytes of a (chunked) large_binary array of lines, one buffer per chunk, no copy."""
+    import numpy as np
+
+    buffers = []
+    for chunk in getattr(lines, "chunks", [lines]):
+        if len(chunk):
+            _, offsets, data = chunk.buffers()
+            ends = np.frombuffer(offsets, np.int64)[chunk.offset : chunk.offset + len(chunk) + 1]
+            buffers.append(data.slice(int(ends[0]), int(ends[-1] - ends[0])))
+    return buffers
 
 
 class _LazyFile:
@@ -132,6 +188,9 @@ class PreprocessDatasink(Datasink):
         return "WriteKeptAndLedger"
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> dict:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         filesystem, root = output_filesystem(self.output)
         name = f"part-{self.run_id}-{ctx.task_idx:06d}"
         suffix = ".parquet" if self.output_format == "parquet" else ".jsonl"
@@ -139,46 +198,43 @@ class PreprocessDatasink(Datasink):
         ledger_file = _LazyFile(filesystem, posixpath.join(root, DROPPED_DIR, name + ".jsonl"))
         result = SinkResult()
         parquet_writer = None
+        source_literals = pa.array([_literal(uri) for uri in self.sources], pa.large_binary())
         for block in _slices(blocks):  # empty blocks (possibly without columns) yield nothing
-            columns = {c: block.column(c).to_pylist() for c in (SRC, LINE, KIND, STEP, REASON, ROW)}
-            kept_src, kept_line, kept_rows, ledger = [], [], [], []
-            for src, line, kind, step, reason, row in zip(*columns.values(), strict=True):
-                if kind == LIVE:
-                    kept_src.append(src)
-                    kept_line.append(line)
-                    kept_rows.append(row)
-                elif kind == DROPPED:
-                    result.drops[(step, reason)] += 1
-                    ledger.append(ledger_line(step, reason, self.sources[src], line, row))
-                elif kind == STATS:
-                    for record in json.loads(row):
-                        stats = StepStats.from_dict(record)
-                        position = int(record["position"])
-                        mine = result.stats.get(position)
-                        result.stats[position] = stats if mine is None else mine + stats
-            result.kept += len(kept_rows)
-            result.dropped += len(ledger)
-            if ledger:
-                ledger_file.write("".join(ledger).encode("utf-8", "surrogatepass"))
-            if not kept_rows:
+            kinds = block.column(KIND)
+            dropped = block.filter(pc.equal(kinds, DROPPED))
+            if dropped.num_rows:
+                counts = dropped.group_by([STEP, REASON]).aggregate([([], "count_all")])
+                for step, reason, n in zip(*(counts.column(i).to_pylist() for i in range(3)), strict=True):
+                    result.drops[(step, reason)] += n
+                result.dropped += dropped.num_rows
+                for buffer in text_buffers(ledger_lines(dropped, source_literals)):
+                    ledger_file.write(buffer)
+            for text in block.filter(pc.equal(kinds, STATS)).column(ROW).to_pylist():
+                for record in json.loads(text):
+                    stats = StepStats.from_dict(record)
+                    position = int(record["position"])
+                    mine = result.stats.get(position)
+                    result.stats[position] = stats if mine is None else mine + stats
+            kept = block.filter(pc.equal(kinds, LIVE))
+            if not kept.num_rows:
                 continue
+            result.kept += kept.num_rows
             if self.output_format == "parquet":
-                import pyarrow as pa
                 import pyarrow.parquet as pq
 
                 table = pa.table(
                     {
-                        "source": pa.array([self.sources[s] for s in kept_src], pa.string()),
-                        "line": pa.array(kept_line, pa.int64()),
-                        "row": pa.array(kept_rows, pa.large_string()),
+                        "source": pa.array(self.sources, pa.string()).take(kept.column(SRC)),
+                        "line": pc.cast(kept.column(LINE), pa.int64()),
+                        "row": kept.column(ROW),
                     }
                 )
                 if parquet_writer is None:
                     parquet_writer = pq.ParquetWriter(kept_file.open(), table.schema)
                 parquet_writer.write_table(table)
             else:
-                text = "\n".join(kept_rows) + "\n"
-                kept_file.write(text.encode("utf-8", "surrogatepass"))
+                for buffer in text_buffers(_concat(kept.column(ROW), b"\n")):
+                    kept_file.write(buffer)
         if parquet_writer is not None:
             parquet_writer.close()
         result.files = kept_file.close() + ledger_file.close()

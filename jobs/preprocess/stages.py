@@ -208,7 +208,7 @@ def mark_duplicates(table: Any, step: str, position: int) -> Any:
     live_index = np.flatnonzero(kinds == LIVE)
     losers = np.zeros(table.num_rows, dtype=bool)
     if live_index.size:
-        live = table.take(pa.array(live_index)).select([DKEY, DLEN, SRC, LINE])
+        live = table.select([DKEY, DLEN, SRC, LINE]).take(pa.array(live_index))
         order = pc.sort_indices(
             live,
             sort_keys=[(DKEY, "ascending"), (DLEN, "descending"), (SRC, "ascending"), (LINE, "ascending")],
