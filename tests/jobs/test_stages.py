@@ -170,3 +170,25 @@ def test_step_entries_parse_names_kwargs_and_options():
         StepSpec("job_steps:ModelStep", {}, actors=2),
     ]
     assert specs[2].to_config() == {"job_steps:ModelStep": {}, "actors": 2}
+
+
+def test_stage_pauses_the_garbage_collector_only_for_the_batch():
+    import gc
+
+    seen = []
+
+    def step(rows):
+        seen.append(gc.isenabled())
+        return rows, []
+
+    adapter = StageAdapter([step], [0], ["Probe"], parse=True)
+    table = raw_table([json.dumps({"id": 1, "messages": []}).encode()])
+    assert gc.isenabled()
+    adapter(table)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        adapter(table)
+        assert not gc.isenabled()  # a collector the caller turned off stays off
+    finally:
+        gc.enable()

@@ -1,0 +1,76 @@
+"""The sink's Arrow-built output lines, without Ray."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pyarrow as pa
+
+from jobs.preprocess.frame import DROPPED, LIVE, FrameBuilder
+from jobs.preprocess.sink import PreprocessDatasink, ledger_lines, text_buffers
+
+SOURCES = ["/data/a.jsonl", '/data/we"ird ü.jsonl']
+
+
+def expected_ledger_line(step: str, reason: str, source: str, line: int, row: str) -> str:
+    literal = json.dumps  # the reference: one json.dumps per field, the row embedded as is
+    return (
+        f'{{"step": {literal(step, ensure_ascii=False)}, "reason": {literal(reason, ensure_ascii=False)}, '
+        f'"source": {literal(source, ensure_ascii=False)}, "line": {line}, "row": {row}}}\n'
+    )
+
+
+def frame(rows: list[tuple]) -> pa.Table:
+    out = FrameBuilder()
+    for src, line, kind, step, reason, row in rows:
+        out.add(src, line, kind, step, reason, row)
+    return out.build()
+
+
+ROWS = [
+    (0, 1, LIVE, None, None, '{"id": 1, "text": "héllo \\"q\\""}'),
+    (1, 2, DROPPED, "HardFilter", "too_short", '{"id": 2}'),
+    (0, 3, DROPPED, "read", "malformed_json", '"{not json"'),
+    (1, 40, LIVE, None, None, '{"id": 4, "zh": "你好"}'),
+    (0, 5, DROPPED, 'Weird "Step"', "duplicate", '{"id": 5, "emoji": "🙂"}'),
+]
+
+
+def test_ledger_lines_match_one_json_dumps_per_field():
+    dropped = frame([r for r in ROWS if r[2] == DROPPED])
+    sources = pa.array([json.dumps(s, ensure_ascii=False).encode() for s in SOURCES], pa.large_binary())
+    text = b"".join(bytes(b) for b in text_buffers(ledger_lines(dropped, sources))).decode()
+    expected = "".join(
+        expected_ledger_line(step, reason, SOURCES[src], line, row)
+        for src, line, _, step, reason, row in ROWS
+        if step
+    )
+    assert text == expected
+    for line in text.splitlines():
+        json.loads(line)
+
+
+def test_text_buffers_of_sliced_and_chunked_arrays():
+    values = [b"a\n", b"bb\n", b"", b"ccc\n", b"d\n"]
+    array = pa.array(values, pa.large_binary())
+    chunked = pa.chunked_array([array.slice(1, 3), array.slice(4)])
+    assert b"".join(bytes(b) for b in text_buffers(chunked)) == b"bb\nccc\nd\n"
+    assert b"".join(bytes(b) for b in text_buffers(array.slice(2, 1))) == b""
+    assert text_buffers(array.slice(0, 0)) == []
+
+
+def test_sink_writes_kept_rows_ledger_and_counts(tmp_path):
+    sink = PreprocessDatasink(str(tmp_path), SOURCES, "run", "jsonl", 1000)
+    table = frame(ROWS)
+    result = sink.write([table.slice(0, 2), table.slice(2)], SimpleNamespace(task_idx=3))
+    kept = (tmp_path / "kept" / "part-run-000003.jsonl").read_text(encoding="utf-8")
+    assert kept == "".join(row + "\n" for _, _, kind, _, _, row in ROWS if kind == LIVE)
+    ledger = (tmp_path / "dropped" / "part-run-000003.jsonl").read_text(encoding="utf-8")
+    assert [json.loads(line)["line"] for line in ledger.splitlines()] == [2, 3, 5]
+    assert result["kept"] == 2 and result["dropped"] == 3
+    assert sorted(map(tuple, result["drops"])) == [
+        ("HardFilter", "too_short", 1),
+        ('Weird "Step"', "duplicate", 1),
+        ("read", "malformed_json", 1),
+    ]
