@@ -51,6 +51,13 @@ class PreprocessConfig:
         default=None,
         metadata=_opt("hash partitions of the dedup shuffle (default: 2 x cluster CPUs, at most 64)"),
     )
+    read_concurrency: int | None = field(
+        default=None,
+        metadata=_opt(
+            "read+filter tasks running at once (default: the cluster's CPUs when the job starts; set it "
+            "to the largest size of an autoscaling cluster so added nodes take reads too)"
+        ),
+    )
     actors: int = field(
         default=1, metadata=_opt("actor pool size of each model stage (steps with needs_actor)")
     )
@@ -74,7 +81,7 @@ class PreprocessConfig:
             raise ConfigError("no output directory: pass --output DIR (or 'output:' in the config file)")
         for name in ("batch_size", "actors", "rows_per_file"):
             positive_int(getattr(self, name), name)
-        for name in ("dedup_partitions", "num_cpus"):
+        for name in ("dedup_partitions", "num_cpus", "read_concurrency"):
             if getattr(self, name) is not None:
                 positive_int(getattr(self, name), name)
         if self.output_format not in OUTPUT_FORMATS:

@@ -127,8 +127,8 @@ def build(
         fused = RecordDatasource(sources, first_batch, transform=stage_adapter(stages[0], steps, names))
         ds = ray.data.read_datasource(
             fused,
-            override_num_blocks=read_tasks(sources, cpus),
-            concurrency=cpus,
+            override_num_blocks=read_tasks(sources, cfg.read_concurrency or cpus),
+            concurrency=cfg.read_concurrency or cpus,
             num_cpus=READ_TASK_CPUS,
         )
         stages = stages[1:]

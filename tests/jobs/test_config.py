@@ -43,6 +43,8 @@ def test_yaml_then_flags_and_paths_relative_to_the_yaml(tmp_path):
         "--no-progress",
     )
     assert (cfg.batch_size, cfg.inputs, cfg.progress) == (7, ["a.jsonl", "b.jsonl"], False)
+    assert cfg.read_concurrency is None
+    assert resolve("--config", str(config), "--read-concurrency", "32").read_concurrency == 32
 
 
 def test_bundled_default_pipeline_is_used_without_config():
@@ -56,6 +58,7 @@ def test_bundled_default_pipeline_is_used_without_config():
     [
         ("colour: blue\n", [], "unknown option"),
         ("steps: [HardFilter]\n", ["--batch-size", "0"], "batch_size must be a positive integer"),
+        ("steps: [HardFilter]\n", ["--read-concurrency", "0"], "read_concurrency must be a positive integer"),
         ("- just a list\n", [], "must hold a mapping"),
         ("steps: [HardFilter\n", [], "not valid YAML"),
     ],
