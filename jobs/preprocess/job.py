@@ -125,10 +125,11 @@ def build(
         ds = ds.repartition(target_num_rows_per_block=first_batch)
     else:
         fused = RecordDatasource(sources, first_batch, transform=stage_adapter(stages[0], steps, names))
+        readers = cfg.read_concurrency or cpus
         ds = ray.data.read_datasource(
             fused,
-            override_num_blocks=read_tasks(sources, cfg.read_concurrency or cpus),
-            concurrency=cfg.read_concurrency or cpus,
+            override_num_blocks=read_tasks(sources, readers),
+            concurrency=readers,
             num_cpus=READ_TASK_CPUS,
         )
         stages = stages[1:]
