@@ -35,7 +35,17 @@ from .steps import ConfigError, Stage, build_step, plan_stages, unique_names
 logger = logging.getLogger(__name__)
 
 MAX_DEFAULT_PARTITIONS = 64
-READ_TASKS_PER_CPU = 8
+# Whole-file read tasks per CPU. Each read task's output reaches the dedup shuffle as one block per
+# 128 MiB, and Ray Data runs one shuffle task (1 CPU) per block, in a worker process of its own
+# whenever the reads hold the others: with 8 tasks per CPU, a 2-CPU run started 4-5 worker processes
+# for 2 CPUs (~1.5 CPU s each to start and import Ray Data). Split files still spread over every CPU
+# (``needs_split``); two tasks per CPU keep a slow file from leaving a CPU idle for long.
+READ_TASKS_PER_CPU = 2
+# Input bytes per HASH_SHUFFLE aggregator of the dedup. The aggregators only buffer blocks until the
+# read is done (0 CPU; ``mark_duplicates`` runs in the tasks after them), but each is a worker process
+# and Ray Data starts one per cluster CPU; one per this many bytes of input (at most one per CPU) keeps
+# the memory each one holds bounded without paying for idle processes on small inputs.
+INPUT_BYTES_PER_AGGREGATOR = 2 << 30
 # With SHUFFLE_V2 (chosen through RAY_DATA_DEFAULT_SHUFFLE_STRATEGY), Ray's default (1 GiB) buffers
 # the whole input of a dedup shuffle at our sizes before the first map task runs; smaller batches let
 # the shuffle map run while the filters are still producing rows.
@@ -86,6 +96,13 @@ def needs_split(sources: list[Source], cpus: int) -> bool:
 def read_tasks(sources: list[Source], cpus: int) -> int:
     """Read tasks when each reads whole files: one per file, at most READ_TASKS_PER_CPU per CPU."""
     return max(1, min(len(sources), READ_TASKS_PER_CPU * cpus))
+
+
+def dedup_aggregators(sources: list[Source], cpus: int) -> int:
+    """HASH_SHUFFLE aggregators for a dedup of ``sources``: one per INPUT_BYTES_PER_AGGREGATOR of
+    input, at least one, at most one per CPU (Ray Data's own cap)."""
+    size = sum(s.size_bytes or 0 for s in sources)
+    return max(1, min(cpus, -(-size // INPUT_BYTES_PER_AGGREGATOR)))
 
 
 def stage_adapter(stage: Stage, steps: list[Any], names: list[str]) -> StageAdapter:
@@ -276,7 +293,13 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     )
 
     start = time.perf_counter()
-    ds = build(sources, steps, names, stages, cfg, partitions, split, cpus)
+    user_aggregators = context.max_hash_shuffle_aggregators
+    if user_aggregators is None:
+        context.max_hash_shuffle_aggregators = dedup_aggregators(sources, cpus)
+    try:
+        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus)
+    finally:  # the dataset holds its own copy of the context; the caller's stays as it was
+        context.max_hash_shuffle_aggregators = user_aggregators
     sink = PreprocessDatasink(
         cfg.output, [s.uri for s in sources], uuid.uuid4().hex[:12], cfg.output_format, cfg.rows_per_file
     )

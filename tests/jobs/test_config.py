@@ -7,7 +7,14 @@ from collections import Counter
 import pytest
 
 from jobs.preprocess.config import build_parser, resolve_config
-from jobs.preprocess.job import InvariantError, check_invariants, collect_stats, needs_split
+from jobs.preprocess.job import (
+    INPUT_BYTES_PER_AGGREGATOR,
+    InvariantError,
+    check_invariants,
+    collect_stats,
+    dedup_aggregators,
+    needs_split,
+)
 from jobs.preprocess.sink import SinkResult
 from jobs.preprocess.sources import Source
 from jobs.preprocess.stages import READ_POSITION
@@ -110,3 +117,17 @@ def test_row_accounting_accepts_a_consistent_run_and_rejects_lost_rows():
 def test_records_are_re_blocked_only_when_files_alone_would_idle_cpus(sizes, cpus, split):
     sources = [Source(i, f"f{i}.jsonl", "jsonl", size) for i, size in enumerate(sizes)]
     assert needs_split(sources, cpus) is split
+
+
+@pytest.mark.parametrize(
+    "sizes, cpus, aggregators",
+    [
+        ([100] * 16, 2, 1),  # small input: one aggregator, not one per CPU
+        ([INPUT_BYTES_PER_AGGREGATOR] * 3, 2, 2),  # never more than one per CPU
+        ([INPUT_BYTES_PER_AGGREGATOR] * 5 + [1], 64, 6),  # one per INPUT_BYTES_PER_AGGREGATOR, rounded up
+        ([None] * 4, 8, 1),  # sizes unknown
+    ],
+)
+def test_dedup_aggregators_follow_the_input_size_up_to_one_per_cpu(sizes, cpus, aggregators):
+    sources = [Source(i, f"f{i}.jsonl", "jsonl", size) for i, size in enumerate(sizes)]
+    assert dedup_aggregators(sources, cpus) == aggregators

@@ -151,6 +151,10 @@ def test_job_equals_one_process_run(
         config.write_text(yaml.safe_dump({"steps": [spec.to_config() for spec in steps]}))
         argv += ["--config", str(config)]
     assert main(argv) == 0
+    import ray.data
+
+    # the job sized the dedup's aggregators on its own copy of the Ray Data context
+    assert ray.data.DataContext.get_current().max_hash_shuffle_aggregators is None
     summary_line = capsys.readouterr().out.strip().splitlines()[-1]
     cfg = resolve_config(build_parser().parse_args(argv))
     out = check_run_against_reference(cfg, summary_line)
