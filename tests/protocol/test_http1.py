@@ -130,6 +130,44 @@ def test_pool_reuses_connections_and_resends_once_on_a_stale_one():
     assert requests == 5 and connections == 3  # stale resend opened the 2nd; Connection: close the 3rd
 
 
+def test_pool_deadlines_of_concurrent_requests_fire_in_their_own_time():
+    """One sweep timer serves every request in flight: a short deadline sent after a long one still
+    fires on time, a timed-out request leaves the others alone, and the pool goes on serving."""
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+
+    async def scenario():
+        async with FakeServer(["hang", "hang", ok(), ok()]) as server:
+            pool = ConnectionPool(Origin(server.url))
+            loop = asyncio.get_running_loop()
+
+            async def timed(timeout_s):
+                started = loop.time()
+                try:
+                    return (await pool.request(head, b"{}", timeout_s)).status, loop.time() - started
+                except TimeoutError:
+                    return "timeout", loop.time() - started
+
+            async def sent(count):
+                while len(server.requests) < count:
+                    await asyncio.sleep(0.005)
+
+            long = asyncio.create_task(timed(1.0))
+            await sent(1)
+            short = asyncio.create_task(timed(0.2))
+            await sent(2)
+            fast = await timed(5.0)
+            results = [fast, await short, await long, await timed(5.0)]
+            in_flight = len(pool._in_flight)
+            pool.close()
+            return results, in_flight
+
+    (fast, short, long, after), in_flight = asyncio.run(scenario())
+    assert fast[0] == 200 and after[0] == 200
+    assert short[0] == "timeout" and 0.19 <= short[1] < 0.6
+    assert long[0] == "timeout" and 0.99 <= long[1] < 1.5
+    assert in_flight == 0
+
+
 def transport_call(server_answers, body=None, **client_kwargs):
     async def scenario():
         async with FakeServer(server_answers) as server:

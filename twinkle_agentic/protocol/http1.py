@@ -26,6 +26,7 @@ MAX_HEAD_BYTES = 64 * 1024
 CRLF = b"\r\n"
 HEAD_END = b"\r\n\r\n"
 NO_BODY_STATUSES = frozenset({204, 304})
+DEADLINE_TICK_S = 0.001
 
 
 class HTTPParseError(Exception):
@@ -220,9 +221,10 @@ class Origin:
 
 
 class _ClientConnection(asyncio.Protocol):
-    """One keep-alive connection; one request at a time."""
+    """One keep-alive connection; one request at a time. ``deadline`` (loop time) is watched by
+    the pool's sweep, not by a timer of its own."""
 
-    __slots__ = ("transport", "reader", "waiter", "closed", "answered", "timer", "pool")
+    __slots__ = ("transport", "reader", "waiter", "closed", "answered", "deadline", "pool")
 
     def __init__(self, pool: ConnectionPool):
         self.pool = pool
@@ -231,7 +233,7 @@ class _ClientConnection(asyncio.Protocol):
         self.waiter: asyncio.Future[Message] | None = None
         self.closed = False
         self.answered = False
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -254,7 +256,6 @@ class _ClientConnection(asyncio.Protocol):
                 message = self.reader.next()
                 if message is None:
                     return
-            self._settle()
             if self.reader.pending:  # bytes past the response: no pipelining, so the stream is broken
                 message.keep_alive = False
             waiter.set_result(message)
@@ -266,48 +267,71 @@ class _ClientConnection(asyncio.Protocol):
         if waiter is None or waiter.done():
             return
         message = self.reader.close()
-        self._settle()
         if message is not None:
             waiter.set_result(message)
         else:
             reason = f"{type(exc).__name__}: {exc}" if exc else "the server closed the connection"
             waiter.set_exception(ConnectionClosed(reason, self.answered))
 
-    def _settle(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
     def _fail(self, exc: BaseException) -> None:
-        self._settle()
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(exc)
         self.closed = True
         self.transport.abort()
 
-    def _timed_out(self) -> None:
-        self.timer = None
-        self._fail(TimeoutError("no complete response before the deadline"))
-
-    def send(self, data: bytes, deadline: float | None, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Message]:
+    def send(self, data: bytes, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Message]:
         self.waiter = waiter = loop.create_future()
         self.answered = False
-        if deadline is not None:
-            self.timer = loop.call_at(deadline, self._timed_out)
         self.transport.write(data)
         return waiter
 
 
 class ConnectionPool:
     """Keep-alive connections to one origin, for one event loop. Idle connections are reused last
-    in, first out; the pool grows to the number of requests in flight (the caller bounds that)."""
+    in, first out; the pool grows to the number of requests in flight (the caller bounds that).
+
+    Deadlines: one sweep timer per pool, due at the earliest deadline of the requests in flight,
+    instead of a timer per request. Requests with the same timeout have deadlines in the order
+    they were sent, so the sweep is rescheduled about once per timeout period, not per request;
+    a timer per request (create, heap insert, cancel) was ~6 % of a rollout's client CPU.
+    """
 
     def __init__(self, origin: Origin, *, connect_timeout_s: float | None = 30.0):
         self.origin = origin
         self.connect_timeout_s = connect_timeout_s
         self._idle: list[_ClientConnection] = []
         self._all: set[_ClientConnection] = set()
+        self._in_flight: set[_ClientConnection] = set()
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = float("inf")
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _watch(self, deadline: float) -> None:
+        if deadline < self._sweep_at:
+            if self._sweep is not None:
+                self._sweep.cancel()
+            assert self._loop is not None
+            self._sweep_at = deadline
+            self._sweep = self._loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        """Fail the requests past their deadline; watch the earliest of the others. A deadline
+        within one clock tick counts as past (uvloop's clock and timers have millisecond steps)."""
+        self._sweep, self._sweep_at = None, float("inf")
+        assert self._loop is not None
+        now = self._loop.time() + DEADLINE_TICK_S
+        later = []
+        for connection in list(self._in_flight):
+            deadline = connection.deadline
+            if deadline is None:
+                continue
+            if deadline <= now:
+                self._in_flight.discard(connection)
+                connection._fail(TimeoutError("no complete response before the deadline"))
+            else:
+                later.append(deadline)
+        if later:
+            self._watch(min(later))
 
     async def _connect(self, deadline: float | None) -> _ClientConnection:
         loop = self._loop
@@ -348,20 +372,23 @@ class ConnectionPool:
             reused = connection is not None
             if connection is None:
                 connection = await self._connect(deadline)
+            connection.deadline = deadline
+            self._in_flight.add(connection)
+            if deadline is not None and deadline < self._sweep_at:
+                self._watch(deadline)
             try:
-                response = await connection.send(data, deadline, loop)
+                response = await connection.send(data, loop)
             except ConnectionClosed as exc:
-                connection.waiter = None
                 if reused and not exc.answered:
                     continue  # the server had closed this idle connection: send again on another
                 raise
             except BaseException:  # timeout, parse error, cancellation: the stream is in an unknown state
-                connection.waiter = None
-                connection._settle()
                 connection.closed = True
                 connection.transport.abort()
                 raise
-            connection.waiter = None
+            finally:
+                connection.waiter = None
+                self._in_flight.discard(connection)
             if response.keep_alive and not connection.closed:
                 idle.append(connection)
             else:
@@ -370,6 +397,10 @@ class ConnectionPool:
             return response
 
     def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep, self._sweep_at = None, float("inf")
+        self._in_flight.clear()
         for connection in list(self._all):
             connection.closed = True
             connection.transport.close()
