@@ -1,12 +1,18 @@
-"""KeptLoop: one event loop kept between blocking calls, closable from anywhere."""
+"""KeptLoop: one event loop kept between blocking calls, closable from anywhere; the 'precise'
+loop that the latency-injecting scripted server runs on."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.request
 
 import pytest
 
+from twinkle_agentic.protocol import OpenAI
 from twinkle_agentic.protocol.event_loops import KeptLoop
+from twinkle_agentic.protocol.local_server import free_port
+from twinkle_agentic.protocol.scripted_server import start_scripted_server
 
 
 async def loop_id() -> int:
@@ -35,3 +41,31 @@ def test_close_inside_a_running_loop(event_loop):
     asyncio.run(close_here())
     with pytest.raises(RuntimeError, match="closed"):
         kept.run(loop_id())
+
+
+def test_latency_server_answers_on_time_never_early():
+    """With injected latency the scripted server runs the 'precise' loop (select(): microsecond
+    timeouts); /debug/timing reports how long answers were held, and none may come early."""
+    server = start_scripted_server(free_port(), latency_ms=20)
+    try:
+        api = OpenAI("scripted", base_url=server.url + "/v1", async_transport="direct")
+
+        async def burst():
+            return await asyncio.gather(*(api.acall({"messages": [{"role": "user", "content": f"q{i}"}]})
+                                          for i in range(20)))
+
+        assert all(reply["content"].startswith("final answer") for reply in asyncio.run(burst()))
+        with urllib.request.urlopen(server.url + "/debug/timing") as response:
+            timing = json.loads(response.read())
+        with urllib.request.urlopen(server.url + "/debug/timing") as response:
+            cleared = json.loads(response.read())
+    finally:
+        server.stop()
+    assert timing["answers"] == 20 and timing["early"] == 0 and timing["min_ms"] >= 20.0
+    assert timing["p50_ms"] < 40.0 and cleared == {"answers": 0}
+
+
+def test_precise_loop_runs_coroutines():
+    kept = KeptLoop("precise")
+    assert kept.run(loop_id()) == kept.run(loop_id())
+    kept.close()
