@@ -273,6 +273,17 @@ def test_concurrency_bounds_api_calls_and_tools_run_off_the_loop():
     assert tool.max_active > 1  # sync tools ran in parallel on the pool, not on the event loop
 
 
+@pytest.mark.parametrize("tool_workers, order", [
+    (0, ["a", "a", "a", "b", "b", "b"]),  # tools on the loop: a keeps its slot from call to call
+    (2, ["a", "b", "a", "b", "a", "b"]),  # tools on the pool: the slot serves b while a's tools run
+])
+def test_api_slot_is_kept_across_turns_on_the_loop_and_lent_during_pool_tools(tool_workers, order):
+    outs, api, _ = run(calls_then_answer(2), [user("a"), user("b")], concurrency=1, tool_workers=tool_workers)
+    assert all(o["stop_reason"] == "stop" for o in outs)
+    assert [request["messages"][0]["content"] for request, _ in api.requests] == order
+    assert api.max_in_flight == 1
+
+
 def test_tool_threads_are_kept_between_calls_and_close_stops_them():
     tool = Counting()
     rollout = APIMultiTurnRollout(ScriptAPI(calls_then_answer(1)), ToolManager([tool]), tool_workers=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from twinkle_agentic.data_format import Message, SamplingParams, Trajectory
@@ -24,3 +25,8 @@ class API(ABC):
         self, trajectory: Trajectory, sampling_params: SamplingParams | None = None, **kwargs: Any
     ) -> Message | list[Message]:
         return await asyncio.to_thread(self, trajectory, sampling_params, **kwargs)
+
+    def bound_acall(self) -> Callable[..., Awaitable[Message | list[Message]]]:
+        """``acall`` for many calls on the running event loop; a subclass may resolve per-loop
+        state once here instead of on every call."""
+        return self.acall

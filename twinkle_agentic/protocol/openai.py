@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from twinkle_agentic.data_format import Message, SamplingParams, Trajectory
@@ -213,8 +214,18 @@ class OpenAI(API):
     async def acall(
         self, trajectory: Trajectory, sampling_params: SamplingParams | None = None, **kwargs: Any
     ) -> Message | list[Message]:
+        return await self._acall(self.async_client(), trajectory, sampling_params, **kwargs)
+
+    def bound_acall(self) -> Callable[..., Awaitable[Message | list[Message]]]:
+        """``acall`` tied to the running event loop's client, for many calls on one loop (a rollout
+        batch, inside ``session()``): each call skips looking up the running loop (a ``getpid``
+        system call in CPython 3.11) and its client."""
+        return functools.partial(self._acall, self.async_client())
+
+    async def _acall(
+        self, client: Any, trajectory: Trajectory, sampling_params: SamplingParams | None = None, **kwargs: Any
+    ) -> Message | list[Message]:
         body = self.build_request(trajectory, sampling_params, **kwargs)
-        client = self.async_client()
         for attempt in range(1, self.retry.attempts + 1):
             try:
                 if self.async_transport == "direct":

@@ -69,6 +69,10 @@ class APIMultiTurnRollout(Rollout):
     Output: the input trajectory plus ``messages``, ``turns`` (assistant messages appended),
     ``stop_reason``, ``truncated`` and ``error`` when set.
 
+    ``concurrency`` is the number of API calls in flight (the seeds' pool size). A trajectory
+    keeps its slot from one call to its next while its tools run on the event loop
+    (``tool_workers=0``), and gives it to a waiting trajectory while they run on the pool.
+
     Speed (``docs/bench/api_rollout.md``): a blocking call runs on the rollout's own event loop
     (``event_loop``: ``'auto'`` = uvloop when installed), kept between calls so the API client's
     keep-alive connections serve the next batch; ``close()`` releases it. ``tool_workers=0`` runs
@@ -180,11 +184,10 @@ class APIMultiTurnRollout(Rollout):
         specs = resolve_tool_managers(tool_manager, self.tool_manager, len(batch))
         body_extra = {**self.extra_body, **_check_extra_body(extra_body)}
         call_kwargs = {"extra_body": body_extra} if body_extra else {}
-        api_slots = asyncio.Semaphore(self.concurrency)
         session = getattr(self.api, "session", None)
         async with session() if callable(session) else contextlib.nullcontext():
             with _heap_frozen():
-                run = _TrajectoryRun(self, params, call_kwargs, api_slots, self._tool_pool())
+                run = _TrajectoryRun(self, params, call_kwargs, asyncio.Semaphore(self.concurrency), self._tool_pool())
                 await asyncio.gather(*(run(t, spec) for t, spec in zip(batch, specs, strict=True)))
         if self.traces is not None:
             self.traces.write(batch, global_step)
@@ -192,12 +195,18 @@ class APIMultiTurnRollout(Rollout):
 
 
 class _TrajectoryRun:
-    """The per-trajectory turn loop, sharing the batch's API slots and tool pool."""
+    """The per-trajectory turn loop, sharing the batch's API client, API slots and tool pool.
+
+    A trajectory holds an API slot from its first call until it ends or awaits work off the loop
+    (tools on the pool): between two of its calls that run on the loop, the slot is not handed
+    to another trajectory and back, which would cost two trips through the event loop's queue
+    per turn (measured: docs/bench/api_rollout.md)."""
 
     def __init__(self, rollout: APIMultiTurnRollout, params: SamplingParams, call_kwargs: dict[str, Any],
                  api_slots: asyncio.Semaphore, pool: concurrent.futures.Executor | None):
         self.api = rollout.api
-        self.acall = getattr(self.api, "acall", None)
+        bind = getattr(self.api, "bound_acall", None)  # made on the running loop: bound to it
+        self.acall = bind() if callable(bind) else getattr(self.api, "acall", None)
         self.max_turns = rollout.max_turns
         self.params = params
         self.call_kwargs = call_kwargs
@@ -221,10 +230,9 @@ class _TrajectoryRun:
         return tools or None
 
     async def _ask(self, request: dict[str, Any]) -> Any:
-        async with self.api_slots:
-            if self.acall is not None:
-                return await self.acall(request, self.params, **self.call_kwargs)
-            return await asyncio.to_thread(self.api, request, self.params, **self.call_kwargs)
+        if self.acall is not None:
+            return await self.acall(request, self.params, **self.call_kwargs)
+        return await asyncio.to_thread(self.api, request, self.params, **self.call_kwargs)
 
     async def __call__(self, trajectory: dict[str, Any], spec: ToolManagerSpec) -> None:
         try:
@@ -244,6 +252,13 @@ class _TrajectoryRun:
                 await self._in_pool(manager.close)
 
     async def _turns(self, trajectory: dict[str, Any], manager: Any, owned: bool) -> None:
+        slot = _Slot(self.api_slots)
+        try:
+            await self._turn_loop(trajectory, manager, owned, slot)
+        finally:
+            slot.release()
+
+    async def _turn_loop(self, trajectory: dict[str, Any], manager: Any, owned: bool, slot: _Slot) -> None:
         messages: list[dict[str, Any]] = trajectory["messages"]
         request: dict[str, Any] = {"messages": messages}
         tools = self._tools(trajectory, manager, owned)
@@ -252,6 +267,7 @@ class _TrajectoryRun:
         turns = 0
         trajectory["turns"] = 0
         while True:
+            await slot.hold()
             try:
                 reply = _assistant_message(await self._ask(request))
             except Exception as exc:
@@ -274,6 +290,8 @@ class _TrajectoryRun:
             if turns >= self.max_turns:
                 finish(trajectory, MAX_TURNS, turns)
                 return
+            if self.pool is not None:
+                slot.release()  # tools run off the loop: the slot serves another trajectory meanwhile
             for index, call in enumerate(calls):
                 try:
                     content = await self._in_pool(manager, call)
@@ -284,6 +302,27 @@ class _TrajectoryRun:
             if tools_report_done(manager, calls):
                 finish(trajectory, STOP, turns)
                 return
+
+
+class _Slot:
+    """One trajectory's hold on an API slot: taken before a call, kept across turns that stay on
+    the loop, given back before work off the loop and at the end."""
+
+    __slots__ = ("slots", "held")
+
+    def __init__(self, slots: asyncio.Semaphore):
+        self.slots = slots
+        self.held = False
+
+    async def hold(self) -> None:
+        if not self.held:
+            await self.slots.acquire()
+            self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.slots.release()
 
 
 @contextlib.contextmanager
