@@ -6,7 +6,9 @@ completion). The ideal wall time at concurrency C is ``N * T * latency / C``; ef
 ideal / measured. Compared in one run: the asyncio rollout at each ``--concurrency`` for each
 ``--transport`` (the SDK's AsyncOpenAI, or the lean ``direct`` aiohttp path), and a plain
 thread-per-trajectory pool (``--thread-pool`` workers, blocking SDK client) as the baseline.
-Client CPU per request is reported too: it is what bounds high concurrency on few cores.
+Client CPU per request is reported too: it is what bounds high concurrency on few cores; and how
+long the server really held its answers (``held``: median, and answers sent before the latency was
+up). Outputs are kept until the clock stops: freeing a batch is not rollout work.
 
 Each asyncio rollout first runs one batch of max(concurrency, 64) trajectories on its kept event
 loop, so the measured batch finds warm keep-alive connections, as every batch after the first
@@ -14,7 +16,7 @@ does in a rollout farm. ``--tool-workers 0`` also measures tools run on the even
 
 Run: python bench/api_rollout.py [--trajectories 1000] [--turns 3] [--latency-ms 50]
          [--concurrency 8 64 256] [--transport auto direct] [--tool-workers default 0]
-         [--thread-pool 8] [--record FILE]
+         [--thread-pool 8] [--server-event-loop precise|auto|uvloop|asyncio] [--record FILE]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 import os
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.records import git_sha  # noqa: E402
 from twinkle_agentic.protocol import OpenAI  # noqa: E402
+from twinkle_agentic.protocol.event_loops import EVENT_LOOPS  # noqa: E402
 from twinkle_agentic.protocol.local_server import free_port  # noqa: E402
 from twinkle_agentic.protocol.scripted_server import start_scripted_server  # noqa: E402
 from twinkle_agentic.rollout.api_multi_turn import APIMultiTurnRollout  # noqa: E402
@@ -60,7 +64,8 @@ def trajectories(n: int, turns: int, tag: str) -> list[dict[str, Any]]:
     return [{"messages": [{"role": "user", "content": f"{tag} {i} #calls={turns - 1}"}]} for i in range(n)]
 
 
-def thread_per_trajectory(api: OpenAI, manager: ToolManager, batch: list[dict[str, Any]], workers: int, max_turns: int) -> list[str]:
+def thread_per_trajectory(api: OpenAI, manager: ToolManager, batch: list[dict[str, Any]], workers: int,
+                          max_turns: int) -> list[dict[str, Any]]:
     """The seed's design: one blocking trajectory loop per pool thread."""
 
     def one(trajectory: dict[str, Any]) -> str:
@@ -71,20 +76,30 @@ def thread_per_trajectory(api: OpenAI, manager: ToolManager, batch: list[dict[st
             calls = normalise_tool_calls(reply.get("tool_calls"), turn)
             messages.append(reply)
             if not calls:
-                return "stop"
+                return {"messages": messages, "stop_reason": "stop"}
             for index, call in enumerate(calls):
                 messages.append(tool_message(call, manager(call), turn, index))
-        return "max_turns"
+        return {"messages": messages, "stop_reason": "max_turns"}
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         return list(pool.map(one, batch))
 
 
-def measure(label: str, run: Any, n: int, turns: int, latency_s: float, concurrency: int, server_pid: int) -> dict[str, Any]:
+def server_timing(server: Any) -> dict[str, Any]:
+    with urllib.request.urlopen(server.url + "/debug/timing") as response:
+        return json.loads(response.read())
+
+
+def measure(label: str, run: Any, n: int, turns: int, latency_s: float, concurrency: int, server: Any) -> dict[str, Any]:
+    """Time ``run()``; its outputs are kept until the clock stops (freeing them is not rollout work)."""
+    server_timing(server)  # clear the server's record
+    server_pid = server.process.pid
     server_cpu, client_cpu, started = process_cpu_s(server_pid), time.process_time(), time.perf_counter()
-    outcomes = run()
+    outputs = run()
     wall = time.perf_counter() - started
     client_cpu, server_cpu = time.process_time() - client_cpu, process_cpu_s(server_pid) - server_cpu
+    outcomes = [o["stop_reason"] for o in outputs]
+    del outputs
     requests = n * turns
     ideal = requests * latency_s / concurrency
     return {
@@ -93,6 +108,7 @@ def measure(label: str, run: Any, n: int, turns: int, latency_s: float, concurre
         "client_cpu_ms_per_request": round(1000 * client_cpu / requests, 3),
         "server_cpu_ms_per_request": round(1000 * server_cpu / requests, 3),
         "outcomes": dict(Counter(outcomes)),
+        "server_held": server_timing(server),
     }
 
 
@@ -111,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="APIMultiTurnRollout(tool_workers=...): 'default' (a thread pool), or 0 for tools "
                              "run on the event loop")
     parser.add_argument("--thread-pool", type=int, default=8, help="baseline workers (0 to skip)")
+    parser.add_argument("--server-event-loop", choices=EVENT_LOOPS,
+                        help="the scripted server's loop (default: its own, 'precise' when latency is injected)")
     parser.add_argument("--record", type=Path, help="append the JSON record to this file")
     return parser
 
@@ -119,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     load_before = os.getloadavg()[0]
     latency_s = args.latency_ms / 1000.0
-    server = start_scripted_server(free_port(), args.latency_ms)
+    server = start_scripted_server(free_port(), args.latency_ms, event_loop=args.server_event_loop)
     results = []
     try:
         base_url = server.url + "/v1"
@@ -135,11 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                     batch = trajectories(args.trajectories, args.turns, f"run-{transport}-{concurrency}")
 
                     def run(rollout=rollout, batch=batch):
-                        return [r["stop_reason"] for r in rollout(batch)]
+                        return rollout(batch)
 
                     label = f"asyncio/{transport}" + ("" if tool_workers is None else f"/tools={tool_workers}")
-                    results.append(measure(label, run, args.trajectories, args.turns, latency_s,
-                                           concurrency, server.process.pid))
+                    results.append(measure(label, run, args.trajectories, args.turns, latency_s, concurrency, server))
                     rollout.close()
                     print(json.dumps(results[-1]), flush=True)
         if args.thread_pool:
@@ -148,15 +165,18 @@ def main(argv: list[str] | None = None) -> int:
             batch = trajectories(args.trajectories, args.turns, "run-threads")
             results.append(measure("thread-pool", lambda: thread_per_trajectory(api, manager, batch, args.thread_pool,
                                                                                  args.turns + 1),
-                                   args.trajectories, args.turns, latency_s, args.thread_pool, server.process.pid))
+                                   args.trajectories, args.turns, latency_s, args.thread_pool, server))
             print(json.dumps(results[-1]), flush=True)
     finally:
         server.stop()
-    header = f"{'mode':<26}{'conc':>6}{'wall s':>9}{'ideal s':>9}{'eff':>7}{'req/s':>9}{'cli ms/req':>12}{'srv ms/req':>12}"
+    header = (f"{'mode':<26}{'conc':>6}{'wall s':>9}{'ideal s':>9}{'eff':>7}{'req/s':>9}{'cli ms/req':>12}"
+              f"{'srv ms/req':>12}{'held p50 ms':>13}{'early':>7}")
     print("\n" + header)
     for r in results:
+        held = r["server_held"]
         print(f"{r['mode']:<26}{r['concurrency']:>6}{r['wall_s']:>9.2f}{r['ideal_s']:>9.2f}{r['efficiency']:>7.2f}"
-              f"{r['requests_per_s']:>9.0f}{r['client_cpu_ms_per_request']:>12.3f}{r['server_cpu_ms_per_request']:>12.3f}")
+              f"{r['requests_per_s']:>9.0f}{r['client_cpu_ms_per_request']:>12.3f}{r['server_cpu_ms_per_request']:>12.3f}"
+              f"{held.get('p50_ms', float('nan')):>13.2f}{held.get('early', 0):>7}")
     record = {"bench": "api_rollout", "git_sha": git_sha(), "cpus": os.cpu_count(),
               "load_avg_1m_before": load_before, "load_avg_1m": os.getloadavg()[0], "params": {k: str(v) for k, v in vars(args).items()},
               "results": results}
