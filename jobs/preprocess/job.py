@@ -100,8 +100,11 @@ def read_tasks(sources: list[Source], cpus: int) -> int:
 
 def dedup_aggregators(sources: list[Source], cpus: int) -> int:
     """HASH_SHUFFLE aggregators for a dedup of ``sources``: one per INPUT_BYTES_PER_AGGREGATOR of
-    input, at least one, at most one per CPU (Ray Data's own cap)."""
-    size = sum(s.size_bytes or 0 for s in sources)
+    input (decompressed size as the read estimates it), at least one, at most one per CPU (Ray
+    Data's own cap)."""
+    from .read import estimated_size
+
+    size = sum(estimated_size(s) for s in sources)
     return max(1, min(cpus, -(-size // INPUT_BYTES_PER_AGGREGATOR)))
 
 

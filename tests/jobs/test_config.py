@@ -127,7 +127,13 @@ def test_records_are_re_blocked_only_when_files_alone_would_idle_cpus(sizes, cpu
         ([INPUT_BYTES_PER_AGGREGATOR] * 5 + [1], 64, 6),  # one per INPUT_BYTES_PER_AGGREGATOR, rounded up
         ([None] * 4, 8, 1),  # sizes unknown
     ],
+    ids=["small", "capped-by-cpus", "per-2GiB", "unknown-sizes"],
 )
 def test_dedup_aggregators_follow_the_input_size_up_to_one_per_cpu(sizes, cpus, aggregators):
     sources = [Source(i, f"f{i}.jsonl", "jsonl", size) for i, size in enumerate(sizes)]
     assert dedup_aggregators(sources, cpus) == aggregators
+
+
+def test_dedup_aggregators_count_compressed_inputs_at_their_decompressed_size():
+    gzipped = [Source(i, f"f{i}.jsonl.gz", "jsonl", INPUT_BYTES_PER_AGGREGATOR // 2) for i in range(2)]
+    assert dedup_aggregators(gzipped, 64) == 5  # 2 x 1 GiB compressed, ~5 GiB to hold
