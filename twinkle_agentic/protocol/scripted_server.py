@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def default_event_loop(latency_ms: float) -> str:
     """uvloop is cheapest per request, but its timers work in whole milliseconds (see
-    ``event_loops.precise_loop``): with injected latency, 35-45 % of answers came up to 0.9 ms early
+    ``event_loops.precise_loop``): with injected latency, 30-55 % of answers came up to 0.9 ms early
     and the rest in bursts, measured at 256 connections (docs/bench/api_rollout.md)."""
     return "precise" if latency_ms > 0 else "auto"
 
