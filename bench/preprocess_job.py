@@ -127,7 +127,7 @@ def child_baseline(corpus: str, config: str | None, output: str, gc_off: bool = 
     from jobs.preprocess.inprocess import run_in_process
     from jobs.preprocess.job import plan
     from jobs.preprocess.sources import dumps
-    from jobs.preprocess.stages import gc_paused
+    from twinkle_agentic.preprocessor.batch import gc_paused
 
     argv = ["--input", corpus, "--output", output] + (["--config", config] if config else [])
     cfg = resolve_config(build_parser().parse_args(argv))

@@ -7,15 +7,12 @@ process, on a list of row dicts, and checks the step contract on every call.
 
 from __future__ import annotations
 
-import gc
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from twinkle_agentic.preprocessor.batch import to_rows
+from twinkle_agentic.preprocessor.batch import gc_paused, to_rows
 from twinkle_agentic.preprocessor.dedup import DUPLICATE
 from twinkle_agentic.preprocessor.dropped_log import REASON_KEY, UNKNOWN_REASON
 from twinkle_agentic.preprocessor.quality import StepContractError
@@ -44,24 +41,6 @@ from .sources import LINE_BITS, MAX_LINE, dumps, parse_record, row_order
 # traced back to (source, line) whatever a step returns. It is removed before a row is written.
 ROW_ID_KEY = "__twinkle_row_id__"
 READ_POSITION = -1
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for one batch, back on (if it was) afterwards.
-
-    A batch's rows are tens of thousands of fresh dicts and lists that stay alive until the batch is
-    done, so the collector's thresholds trip over and over on objects that cannot be garbage yet (each
-    full pass also scans the worker's long-lived objects). Rows hold no reference cycles: reference
-    counting frees them when the batch ends, and any cyclic garbage is left to the next collection.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def stats_record(position: int, stats: StepStats) -> dict:

@@ -17,14 +17,13 @@ order-free rule the distributed job implements: minimum of ``(-message_count, in
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import re
 from typing import Any
 
 from .base import INVALID_ROW, drop
-from .batch import to_rows
+from .batch import gc_paused, to_rows
 from .text import text_of
 
 DUPLICATE = "duplicate"
@@ -180,13 +179,8 @@ class DedupFilter:
         # The pass allocates a few tuples per row and never a cycle; with a million live rows every
         # automatic collection would walk all of them (1M rows took 21 s with it running), so the
         # cyclic collector is paused for the duration of the call.
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             return self._select(to_rows(rows))
-        finally:
-            if paused:
-                gc.enable()
 
     def _select(self, rows: list) -> tuple[list[dict], list[dict]]:
         prefix_chars, asst_chars = self.prefix_chars, self.asst_chars

@@ -374,7 +374,7 @@ class ConnectionPool:
                 connection = await self._connect(deadline)
             connection.deadline = deadline
             self._in_flight.add(connection)
-            if deadline is not None and deadline < self._sweep_at:
+            if deadline is not None:
                 self._watch(deadline)
             try:
                 response = await connection.send(data, loop)

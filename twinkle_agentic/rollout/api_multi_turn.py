@@ -243,22 +243,17 @@ class _TrajectoryRun:
         except Exception as exc:
             finish(trajectory, API_ERROR, 0, format_error(exc, "ToolManager"))
             return
+        slot = _Slot(self.api_slots)
         try:
-            await self._turns(trajectory, manager, owned)
+            await self._turns(trajectory, manager, owned, slot)
         except Exception as exc:  # a bug must cost one trajectory, not the batch
             finish(trajectory, API_ERROR, trajectory.get("turns", 0), format_error(exc))
         finally:
+            slot.release()
             if owned and manager is not None:
                 await self._in_pool(manager.close)
 
-    async def _turns(self, trajectory: dict[str, Any], manager: Any, owned: bool) -> None:
-        slot = _Slot(self.api_slots)
-        try:
-            await self._turn_loop(trajectory, manager, owned, slot)
-        finally:
-            slot.release()
-
-    async def _turn_loop(self, trajectory: dict[str, Any], manager: Any, owned: bool, slot: _Slot) -> None:
+    async def _turns(self, trajectory: dict[str, Any], manager: Any, owned: bool, slot: _Slot) -> None:
         messages: list[dict[str, Any]] = trajectory["messages"]
         request: dict[str, Any] = {"messages": messages}
         tools = self._tools(trajectory, manager, owned)
