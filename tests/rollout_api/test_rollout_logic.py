@@ -284,6 +284,30 @@ def test_api_slot_is_kept_across_turns_on_the_loop_and_lent_during_pool_tools(to
     assert api.max_in_flight == 1
 
 
+def test_first_calls_go_out_before_the_rest_of_the_batch_is_set_up_and_cancel_leaves_no_task():
+    class Watching(ScriptAPI):
+        async def acall(self, trajectory, sampling_params=None, **kwargs):
+            if not self.requests:  # the first call of the batch: which tasks exist now?
+                self.tasks_at_first_call = len(asyncio.all_tasks())
+            return await super().acall(trajectory, sampling_params, **kwargs)
+
+    api = Watching(calls_then_answer(1))
+    rollout = APIMultiTurnRollout(api, ToolManager([Counting()]), concurrency=3, tool_workers=0)
+
+    async def cancelled_midway():
+        batch = asyncio.ensure_future(rollout.arun([user(f"t{i}") for i in range(40)]))
+        while len(api.requests) < 5:
+            await asyncio.sleep(0.001)
+        batch.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await batch
+        return asyncio.all_tasks() - {asyncio.current_task()}
+
+    left = asyncio.run(cancelled_midway())
+    assert api.tasks_at_first_call <= 1 + 1 + 3  # main, arun, the first `concurrency` trajectories
+    assert left == set() and api.in_flight == 0
+
+
 def test_tool_threads_are_kept_between_calls_and_close_stops_them():
     tool = Counting()
     rollout = APIMultiTurnRollout(ScriptAPI(calls_then_answer(1)), ToolManager([tool]), tool_workers=2)
