@@ -67,13 +67,17 @@ def _process_kind(name: str) -> str:
 
 class ClusterSampler:
     """Samples this process's descendants (the embedded Ray cluster) in a thread: peak RSS of the
-    Ray workers (``ray::...``) and the CPU seconds of every descendant (last value seen per pid)."""
+    Ray workers (``ray::...``) and the CPU seconds of every descendant (last value seen per pid).
 
-    def __init__(self, interval_s: float = 0.2):
+    Summed RSS counts the object store's shared pages once per worker that maps them, so the peak of
+    the workers' summed PSS (each shared page split between the processes that map it) is sampled
+    too, every ``pss_every`` samples (reading ``smaps_rollup`` costs ~1 ms per process)."""
+
+    def __init__(self, interval_s: float = 0.2, pss_every: int = 5):
         import psutil
 
-        self.psutil, self.interval_s = psutil, interval_s
-        self.peak_total_mb = self.peak_single_mb = 0.0
+        self.psutil, self.interval_s, self.pss_every = psutil, interval_s, pss_every
+        self.peak_total_mb = self.peak_single_mb = self.peak_pss_mb = 0.0
         self.cpu_by_pid: dict[int, float] = {}
         self.kind_by_pid: dict[int, str] = {}
         self._stop = threading.Event()
@@ -92,8 +96,11 @@ class ClusterSampler:
 
     def _run(self) -> None:
         me = self.psutil.Process()
+        samples = 0
         while not self._stop.is_set():
-            total = single = 0.0
+            total = single = pss = 0.0
+            with_pss = samples % self.pss_every == 0
+            samples += 1
             for proc in me.children(recursive=True):
                 try:
                     times = proc.cpu_times()
@@ -107,10 +114,13 @@ class ClusterSampler:
                         rss = proc.memory_info().rss / 2**20
                         total += rss
                         single = max(single, rss)
+                        if with_pss:
+                            pss += proc.memory_full_info().pss / 2**20
                 except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
                     continue
             self.peak_total_mb = max(self.peak_total_mb, total)
             self.peak_single_mb = max(self.peak_single_mb, single)
+            self.peak_pss_mb = max(self.peak_pss_mb, pss)
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> ClusterSampler:
@@ -207,6 +217,7 @@ def child_job(
                 "driver_peak_mb": _peak_rss_mb(),
                 "workers_peak_total_mb": cluster.peak_total_mb,
                 "workers_peak_single_mb": cluster.peak_single_mb,
+                "workers_peak_pss_mb": cluster.peak_pss_mb,
             }
         )
     return results
@@ -295,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     header = (
         f"{'rows':>9} {'run':>13} {'seconds':>8} {'rows/s':>8} {'efficiency':>10} {'CPU s':>7} "
-        f"{'CPU effic.':>10} {'driver MB':>9} {'workers MB':>10} {'like-for-like':>13}"
+        f"{'CPU effic.':>10} {'driver MB':>9} {'workers MB':>10} {'like-for-like':>13} {'workers PSS MB':>14}"
     )
     print(header)
     for n in args.rows:
@@ -344,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{job['rows']:>9,} {label:>13} {job['seconds']:>8.1f} {rate:>8,.0f} {efficiency:>10.0%} "
                     f"{job['cpu_s']:>7.1f} {cpu_efficiency:>10.0%} {job['driver_peak_mb']:>9,.0f} "
-                    f"{job['workers_peak_total_mb']:>10,.0f} {like_for_like:>13.0%}"
+                    f"{job['workers_peak_total_mb']:>10,.0f} {like_for_like:>13.0%} {job['workers_peak_pss_mb']:>14,.0f}"
                 )
                 print(f"{'':>9} {'':>13} CPU seconds by process: {job['cpu_s_by_process']}")
     print(f"# load average after: {os.getloadavg()[0]:.2f} (1 min)")
