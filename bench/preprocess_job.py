@@ -21,7 +21,9 @@ grows: efficiency against it alone flatters the job.
 
 ``--job-runs 2`` runs the job twice on each embedded cluster: run #1 pays the per-run start-up (worker
 processes importing Ray Data and the pipeline, Ray Data's own actors), #2 measures a driver that has
-already run one job (a notebook or a service running one preprocess after another).
+already run one job (a notebook or a service running one preprocess after another). ``--rounds K``
+repeats everything K times, compares each job with its own round's references and prints the
+medians: the machine's speed drifts between runs, and a single reference run can be far off.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import threading
@@ -274,6 +277,97 @@ def marginal_cpu(results: list[dict]) -> dict:
     return {"lines": lines, "values": values}
 
 
+def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dict]:
+    """One round at one corpus size: the two one-process references, DedupFilter alone, then the
+    job with each ``--cpus``; every job's efficiency is against this round's references."""
+    results: list[dict] = []
+    corpus = make_corpus(args.work, n, args.seed)
+    rates = {}
+    for label, gc_off in (("one-process", False), ("1-proc GC off", True)):
+        base = _child(["baseline", str(corpus), args.config, str(args.work / f"out-base-{n}"), gc_off])
+        rates[gc_off] = base["rows"] / base["seconds"]
+        run = "one-process GC paused" if gc_off else "one-process"
+        results.append(
+            {
+                "rows": base["rows"],
+                "run": run,
+                "cpus": 1,
+                "round": round_index,
+                **base,
+                "rows_per_s": rates[gc_off],
+            }
+        )
+        print(
+            f"{base['rows']:>9,} {label:>13} {base['seconds']:>8.1f} {rates[gc_off]:>8,.0f} {'':>10} "
+            f"{base['cpu_s']:>7.1f} {'':>10} {base['driver_peak_mb']:>9,.0f}"
+        )
+    base_rate, paused_rate = rates[False], rates[True]
+    dedup = _child(["dedup", str(corpus)])
+    results.append(
+        {
+            "run": "DedupFilter",
+            "cpus": 1,
+            "round": round_index,
+            **dedup,
+            "rows_per_s": dedup["rows"] / dedup["seconds"],
+        }
+    )
+    print(
+        f"{dedup['rows']:>9,} {'DedupFilter':>13} {dedup['seconds']:>8.1f} {dedup['rows'] / dedup['seconds']:>8,.0f}"
+    )
+    for cpus in args.cpus:
+        jobs = _child(
+            [
+                "job",
+                str(corpus),
+                args.config,
+                str(args.work / f"out-job-{n}-{cpus}"),
+                cpus,
+                args.batch_size,
+                args.job_runs,
+            ]
+        )
+        for run_index, job in enumerate(jobs, 1):
+            rate = job["rows"] / job["seconds"]
+            efficiency = rate / (base_rate * cpus)
+            like_for_like = rate / (paused_rate * cpus)
+            cpu_efficiency = base["cpu_s"] / job["cpu_s"]  # CPU work of one process / CPU work of the job
+            results.append(
+                {"run": "job", "cpus": cpus, "run_on_cluster": run_index, "round": round_index, **job, "rows_per_s": rate,
+                 "efficiency": efficiency, "efficiency_like_for_like": like_for_like,
+                 "cpu_efficiency": cpu_efficiency}
+            )  # fmt: skip
+            label = f"job {cpus} CPU" + (f" #{run_index}" if len(jobs) > 1 else "")
+            print(
+                f"{job['rows']:>9,} {label:>13} {job['seconds']:>8.1f} {rate:>8,.0f} {efficiency:>10.0%} "
+                f"{job['cpu_s']:>7.1f} {cpu_efficiency:>10.0%} {job['driver_peak_mb']:>9,.0f} "
+                f"{job['workers_peak_total_mb']:>10,.0f} {like_for_like:>13.0%} {job['workers_peak_pss_mb']:>14,.0f}"
+            )
+            print(f"{'':>9} {'':>13} CPU seconds by process: {job['cpu_s_by_process']}")
+    return results
+
+
+def median_efficiencies(results: list[dict]) -> list[str]:
+    """Per corpus size, CPUs and run on the cluster: the median efficiency over rounds, each
+    round's job against that round's references."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        if r["run"] == "job":
+            groups.setdefault((r["rows"], r["cpus"], r["run_on_cluster"]), []).append(r)
+    lines = []
+    for (rows, cpus, run_on_cluster), rs in sorted(groups.items()):
+        if len(rs) < 2:
+            continue
+        effs = sorted(r["efficiency"] for r in rs)
+        like = sorted(r["efficiency_like_for_like"] for r in rs)
+        lines.append(
+            f"# {rows:,} rows, job {cpus} CPU #{run_on_cluster}, {len(rs)} rounds: efficiency median "
+            f"{statistics.median(effs):.0%} (range {effs[0]:.0%}-{effs[-1]:.0%}), like-for-like median "
+            f"{statistics.median(like):.0%} ({like[0]:.0%}-{like[-1]:.0%})"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -287,6 +381,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="runs of the job per embedded cluster (#2 on: workers and Ray Data's actors already started)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat every measurement; each job is compared with its own round's references, and the "
+        "medians over rounds are printed (the machine's speed drifts between runs)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/twinkle-bench-preprocess"))
@@ -309,57 +410,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{'CPU effic.':>10} {'driver MB':>9} {'workers MB':>10} {'like-for-like':>13} {'workers PSS MB':>14}"
     )
     print(header)
-    for n in args.rows:
-        corpus = make_corpus(args.work, n, args.seed)
-        rates = {}
-        for label, gc_off in (("one-process", False), ("1-proc GC off", True)):
-            base = _child(["baseline", str(corpus), args.config, str(args.work / f"out-base-{n}"), gc_off])
-            rates[gc_off] = base["rows"] / base["seconds"]
-            run = "one-process GC paused" if gc_off else "one-process"
-            results.append({"rows": base["rows"], "run": run, "cpus": 1, **base, "rows_per_s": rates[gc_off]})
-            print(
-                f"{base['rows']:>9,} {label:>13} {base['seconds']:>8.1f} {rates[gc_off]:>8,.0f} {'':>10} "
-                f"{base['cpu_s']:>7.1f} {'':>10} {base['driver_peak_mb']:>9,.0f}"
-            )
-        base_rate, paused_rate = rates[False], rates[True]
-        dedup = _child(["dedup", str(corpus)])
-        results.append(
-            {"run": "DedupFilter", "cpus": 1, **dedup, "rows_per_s": dedup["rows"] / dedup["seconds"]}
-        )
-        print(
-            f"{dedup['rows']:>9,} {'DedupFilter':>13} {dedup['seconds']:>8.1f} {dedup['rows'] / dedup['seconds']:>8,.0f}"
-        )
-        for cpus in args.cpus:
-            jobs = _child(
-                [
-                    "job",
-                    str(corpus),
-                    args.config,
-                    str(args.work / f"out-job-{n}-{cpus}"),
-                    cpus,
-                    args.batch_size,
-                    args.job_runs,
-                ]
-            )
-            for run_index, job in enumerate(jobs, 1):
-                rate = job["rows"] / job["seconds"]
-                efficiency = rate / (base_rate * cpus)
-                like_for_like = rate / (paused_rate * cpus)
-                cpu_efficiency = base["cpu_s"] / job["cpu_s"]  # CPU work of one process / CPU work of the job
-                results.append(
-                    {"run": "job", "cpus": cpus, "run_on_cluster": run_index, **job, "rows_per_s": rate,
-                     "efficiency": efficiency, "efficiency_like_for_like": like_for_like,
-                     "cpu_efficiency": cpu_efficiency}
-                )  # fmt: skip
-                label = f"job {cpus} CPU" + (f" #{run_index}" if len(jobs) > 1 else "")
-                print(
-                    f"{job['rows']:>9,} {label:>13} {job['seconds']:>8.1f} {rate:>8,.0f} {efficiency:>10.0%} "
-                    f"{job['cpu_s']:>7.1f} {cpu_efficiency:>10.0%} {job['driver_peak_mb']:>9,.0f} "
-                    f"{job['workers_peak_total_mb']:>10,.0f} {like_for_like:>13.0%} {job['workers_peak_pss_mb']:>14,.0f}"
-                )
-                print(f"{'':>9} {'':>13} CPU seconds by process: {job['cpu_s_by_process']}")
+    for round_index in range(1, args.rounds + 1):
+        for n in args.rows:
+            if args.rounds > 1:
+                print(f"# round {round_index} of {args.rounds}, {n:,} base rows")
+            results += measure_size(args, n, round_index)
     print(f"# load average after: {os.getloadavg()[0]:.2f} (1 min)")
-    marginal = marginal_cpu(results)
+    for line in median_efficiencies(results):
+        print(line)
+    marginal = marginal_cpu([r for r in results if r.get("round", 1) == 1])
     for line in marginal["lines"]:
         print(line)
     record = {
@@ -371,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             "config": args.config or "bundled default",
             "seed": args.seed,
             "job_runs": args.job_runs,
+            "rounds": args.rounds,
         },
         "git_sha": git_sha(),
         "results": results,
