@@ -74,13 +74,19 @@ class ClusterSampler:
 
     Summed RSS counts the object store's shared pages once per worker that maps them, so the peak of
     the workers' summed PSS (each shared page split between the processes that map it) is sampled
-    too, every ``pss_every`` samples (reading ``smaps_rollup`` costs ~1 ms per process)."""
+    too, at most every ``pss_interval_s`` and only while summed RSS is within 10 % of its peak. The
+    sampler shares the driver's cores with the job, so it stays cheap: the process tree (a scan of
+    /proc) is refreshed every ``tree_every`` samples, PSS (the kernel walks every mapping for
+    ``smaps_rollup``: milliseconds per worker) only near the peak, and its own CPU time is measured
+    (``own_cpu_s``) and reported apart from the driver's."""
 
-    def __init__(self, interval_s: float = 0.2, pss_every: int = 5):
+    def __init__(self, interval_s: float = 0.2, pss_interval_s: float = 3.0, tree_every: int = 5):
         import psutil
 
-        self.psutil, self.interval_s, self.pss_every = psutil, interval_s, pss_every
+        self.psutil, self.interval_s = psutil, interval_s
+        self.pss_interval_s, self.tree_every = pss_interval_s, tree_every
         self.peak_total_mb = self.peak_single_mb = self.peak_pss_mb = 0.0
+        self.own_cpu_s = 0.0
         self.cpu_by_pid: dict[int, float] = {}
         self.kind_by_pid: dict[int, str] = {}
         self._stop = threading.Event()
@@ -98,33 +104,47 @@ class ClusterSampler:
         return {k: round(v, 2) for k, v in sorted(totals.items())}
 
     def _run(self) -> None:
-        me = self.psutil.Process()
-        samples = 0
+        me, procs, workers, samples, pss_at = self.psutil.Process(), [], [], 0, 0.0
         while not self._stop.is_set():
-            total = single = pss = 0.0
-            with_pss = samples % self.pss_every == 0
+            started = time.thread_time()
+            if samples % self.tree_every == 0:
+                procs = me.children(recursive=True)
             samples += 1
-            for proc in me.children(recursive=True):
+            total = single = 0.0
+            workers.clear()
+            for proc in procs:
                 try:
-                    times = proc.cpu_times()
-                    self.cpu_by_pid[proc.pid] = times.user + times.system
-                    name = proc.name()
-                    # a worker starts as "python", an actor as ray::IDLE: keep the most specific kind seen
-                    kind = _process_kind(name)
-                    if KIND_RANK[kind] > KIND_RANK[self.kind_by_pid.get(proc.pid, "other")]:
-                        self.kind_by_pid[proc.pid] = kind
-                    if name.startswith("ray::"):
-                        rss = proc.memory_info().rss / 2**20
-                        total += rss
-                        single = max(single, rss)
-                        if with_pss:
-                            pss += proc.memory_full_info().pss / 2**20
+                    with proc.oneshot():
+                        times, name = proc.cpu_times(), proc.name()
+                        self.cpu_by_pid[proc.pid] = times.user + times.system
+                        # a worker starts as "python", an actor as ray::IDLE: keep the most specific kind seen
+                        kind = _process_kind(name)
+                        if KIND_RANK[kind] > KIND_RANK[self.kind_by_pid.get(proc.pid, "other")]:
+                            self.kind_by_pid[proc.pid] = kind
+                        if name.startswith("ray::"):
+                            rss = proc.memory_info().rss / 2**20
+                            total += rss
+                            single = max(single, rss)
+                            workers.append(proc)
                 except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
                     continue
             self.peak_total_mb = max(self.peak_total_mb, total)
             self.peak_single_mb = max(self.peak_single_mb, single)
-            self.peak_pss_mb = max(self.peak_pss_mb, pss)
+            now = time.monotonic()
+            if total >= 0.9 * self.peak_total_mb and now - pss_at >= self.pss_interval_s:
+                pss_at = now
+                self.peak_pss_mb = max(self.peak_pss_mb, self._workers_pss_mb(workers))
+            self.own_cpu_s += time.thread_time() - started
             self._stop.wait(self.interval_s)
+
+    def _workers_pss_mb(self, workers: list) -> float:
+        pss = 0.0
+        for proc in workers:
+            try:
+                pss += proc.memory_full_info().pss / 2**20
+            except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
+                continue
+        return pss
 
     def __enter__(self) -> ClusterSampler:
         self._thread.start()
@@ -208,7 +228,7 @@ def child_job(
                 _own_cpu_s(),
             )
             summary = run(cfg)
-            driver_cpu_s = _own_cpu_s() - cpu_start
+            driver_cpu_s = _own_cpu_s() - cpu_start - cluster.own_cpu_s  # the sampler is not the driver
         results.append(
             {
                 "rows": summary.rows_read,
@@ -216,7 +236,11 @@ def child_job(
                 "seconds": summary.seconds,
                 # the driver's own CPU plus every cluster process's (raylet, GCS, workers) during the run
                 "cpu_s": driver_cpu_s + cluster.cpu_s - cluster_start_cpu_s,
-                "cpu_s_by_process": {"driver": round(driver_cpu_s, 2), **cluster.cpu_by_kind(cluster_start)},
+                "cpu_s_by_process": {
+                    "driver": round(driver_cpu_s, 2),
+                    **cluster.cpu_by_kind(cluster_start),
+                    "bench_sampler": round(cluster.own_cpu_s, 2),
+                },
                 "driver_peak_mb": _peak_rss_mb(),
                 "workers_peak_total_mb": cluster.peak_total_mb,
                 "workers_peak_single_mb": cluster.peak_single_mb,
