@@ -7,9 +7,9 @@ For each corpus size it generates sharded JSONL (scripts/make_sample_data.py), t
 fresh subprocess: the one-process reference (the same steps through QualityPreprocessor and
 DedupFilter, reading and writing JSONL) and the Ray Data job on an embedded local cluster with each
 ``--cpus`` value. It prints one table: rows/s, parallel efficiency = job rows/s / (one-process rows/s
-x CPUs), CPU efficiency = one-process CPU seconds / the job's CPU seconds (driver, raylet, GCS and
-workers: the share of the job's CPU work that is the pipeline itself, independent of other load on
-the machine), peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
+x CPUs), CPU efficiency = the GC-paused one-process run's CPU seconds / the job's CPU seconds (driver,
+raylet, GCS and workers: the share of the job's CPU work that is the pipeline itself, independent of
+other load on the machine), peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
 record ``{bench, params, git_sha, results}`` to ``--record`` when given. A ``DedupFilter`` line
 times the one-process dedup alone on all parsed rows (it must stay linear).
 
@@ -306,10 +306,12 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
     job with each ``--cpus``; every job's efficiency is against this round's references."""
     results: list[dict] = []
     corpus = make_corpus(args.work, n, args.seed)
-    rates = {}
+    rates, paused_cpu_s = {}, 0.0
     for label, gc_off in (("one-process", False), ("1-proc GC off", True)):
         base = _child(["baseline", str(corpus), args.config, str(args.work / f"out-base-{n}"), gc_off])
         rates[gc_off] = base["rows"] / base["seconds"]
+        if gc_off:
+            paused_cpu_s = base["cpu_s"]
         run = "one-process GC paused" if gc_off else "one-process"
         results.append(
             {
@@ -355,7 +357,7 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
             rate = job["rows"] / job["seconds"]
             efficiency = rate / (base_rate * cpus)
             like_for_like = rate / (paused_rate * cpus)
-            cpu_efficiency = base["cpu_s"] / job["cpu_s"]  # CPU work of one process / CPU work of the job
+            cpu_efficiency = paused_cpu_s / job["cpu_s"]  # CPU work of one process / CPU work of the job
             results.append(
                 {"run": "job", "cpus": cpus, "run_on_cluster": run_index, "round": round_index, **job, "rows_per_s": rate,
                  "efficiency": efficiency, "efficiency_like_for_like": like_for_like,
