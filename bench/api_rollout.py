@@ -4,7 +4,7 @@ N trajectories x T turns (T-1 tool-calling turns, then a final answer) against t
 server (twinkle_agentic/protocol/scripted_server.py, its own process, ``--latency-ms`` per
 completion). The ideal wall time at concurrency C is ``N * T * latency / C``; efficiency is
 ideal / measured. Compared in one run: the asyncio rollout at each ``--concurrency`` for each
-``--transport`` (the SDK's AsyncOpenAI, or the lean ``direct`` aiohttp path), and a plain
+``--transport`` (the SDK's AsyncOpenAI, or the lean ``direct`` HTTP/1.1 path), and a plain
 thread-per-trajectory pool (``--thread-pool`` workers, blocking SDK client) as the baseline.
 Client CPU per request is reported too: it is what bounds high concurrency on few cores; and how
 long the server really held its answers (``held``: median, and answers sent before the latency was
@@ -68,7 +68,7 @@ def thread_per_trajectory(api: OpenAI, manager: ToolManager, batch: list[dict[st
                           max_turns: int) -> list[dict[str, Any]]:
     """The seed's design: one blocking trajectory loop per pool thread."""
 
-    def one(trajectory: dict[str, Any]) -> str:
+    def one(trajectory: dict[str, Any]) -> dict[str, Any]:
         messages = list(trajectory["messages"])
         request = {"messages": messages, "tools": manager.tool_infos()}
         for turn in range(1, max_turns + 1):
