@@ -26,6 +26,7 @@ from typing import Any
 
 from .config import PreprocessConfig
 from .frame import DKEY, READ_STEP
+from .ray_tuning import short_run_scheduling
 from .report import RunSummary, write_reports
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
 from .sources import Source, expand_inputs
@@ -306,7 +307,8 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     sink = PreprocessDatasink(
         cfg.output, [s.uri for s in sources], uuid.uuid4().hex[:12], cfg.output_format, cfg.rows_per_file
     )
-    ds.write_datasink(sink)
+    with short_run_scheduling():
+        ds.write_datasink(sink)
     seconds = time.perf_counter() - start
 
     result = sink.result or SinkResult()
