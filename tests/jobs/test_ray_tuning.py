@@ -18,9 +18,13 @@ def _current() -> dict[str, object]:
     }
 
 
-def test_every_setting_exists_in_the_installed_ray(monkeypatch):
+@pytest.fixture
+def no_sample_env(monkeypatch):
     for name in ray_tuning.SAMPLE_ENV:
         monkeypatch.delenv(name, raising=False)
+
+
+def test_every_setting_exists_in_the_installed_ray(no_sample_env):
     names = [name for _, name, _ in ray_tuning.short_run_overrides()]
     # a Ray upgrade that renames one of them must fail here, not silently bring the waits back
     assert names == [
@@ -30,9 +34,7 @@ def test_every_setting_exists_in_the_installed_ray(monkeypatch):
     ]
 
 
-def test_applied_inside_the_run_and_restored_after_it_even_on_error(monkeypatch):
-    for name in ray_tuning.SAMPLE_ENV:
-        monkeypatch.delenv(name, raising=False)
+def test_applied_inside_the_run_and_restored_after_it_even_on_error(no_sample_env):
     before = _current()
     assert before != {"refresh": ray_tuning.LIMITS_REFRESH_S, "min": 1, "max": 1}
     with pytest.raises(RuntimeError, match="boom"), ray_tuning.short_run_scheduling():
