@@ -40,6 +40,21 @@ def local_cluster_size() -> dict[str, Any]:
     return {"num_cpus": os.cpu_count() or 1}
 
 
+# Idle worker processes an embedded cluster keeps, per CPU. Ray's default keeps one per CPU and ends
+# the others after a second idle, but a Ray Data job runs more tasks than CPUs at once (fractional-CPU
+# reads beside whole-CPU shuffle tasks): each job on a 2-CPU cluster then started a third worker
+# again, and a read task waited ~1 s for it (a fresh process importing Ray Data), in every run
+# (docs/bench/preprocess_job.md). ``RAY_num_workers_soft_limit`` overrides this.
+IDLE_WORKERS_PER_CPU = 2
+
+
+def embedded_system_config(num_cpus: int) -> dict[str, Any]:
+    """Ray system settings of an embedded cluster with ``num_cpus`` CPUs."""
+    if "RAY_num_workers_soft_limit" in os.environ:
+        return {}
+    return {"num_workers_soft_limit": IDLE_WORKERS_PER_CPU * max(1, int(num_cpus))}
+
+
 def connect(
     address: str | None = None,
     *,
@@ -75,7 +90,7 @@ def connect(
         }
         size.update({k: v for k, v in overrides.items() if v is not None})
         # An explicit "local" stops ray.init from joining a cluster named by RAY_ADDRESS.
-        kwargs.update(size, address="local")
+        kwargs.update(size, address="local", _system_config=embedded_system_config(size["num_cpus"]) or None)
     else:
         kwargs["address"] = target
     context = ray.init(**{k: v for k, v in kwargs.items() if v is not None})

@@ -32,6 +32,16 @@ def test_auth_mode(monkeypatch):
         resolve_auth_mode("k8s")
 
 
+def test_embedded_cluster_keeps_idle_workers_for_more_tasks_than_cpus(monkeypatch):
+    from cluster.connect import IDLE_WORKERS_PER_CPU, embedded_system_config
+
+    monkeypatch.delenv("RAY_num_workers_soft_limit", raising=False)
+    assert embedded_system_config(2) == {"num_workers_soft_limit": 2 * IDLE_WORKERS_PER_CPU}
+    assert embedded_system_config(0) == {"num_workers_soft_limit": IDLE_WORKERS_PER_CPU}
+    monkeypatch.setenv("RAY_num_workers_soft_limit", "3")  # Ray reads it itself; ours must not compete
+    assert embedded_system_config(2) == {}
+
+
 def test_child_environment_is_consistent(monkeypatch):
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     env = ray_environment()
