@@ -11,12 +11,14 @@ long the server really held its answers (``held``: median, and answers sent befo
 up). Outputs are kept until the clock stops: freeing a batch is not rollout work.
 
 Each asyncio rollout first runs one batch of max(concurrency, 64) trajectories on its kept event
-loop, so the measured batch finds warm keep-alive connections, as every batch after the first
-does in a rollout farm. ``--tool-workers 0`` also measures tools run on the event loop.
+loop, so the measured batches find warm keep-alive connections, as every batch after the first
+does in a rollout farm. ``--tool-workers 0`` also measures tools run on the event loop. Each mode is
+measured over ``--batches`` batches in a row; the table shows the median batch and the range of
+efficiencies (one batch of 0.6 s at c=256 swings by +-1.5 points on this 2-vCPU machine).
 
 Run: python bench/api_rollout.py [--trajectories 1000] [--turns 3] [--latency-ms 50]
          [--concurrency 8 64 256] [--transport auto direct] [--tool-workers default 0]
-         [--thread-pool 8] [--server-event-loop precise|auto|uvloop|asyncio] [--record FILE]
+         [--thread-pool 8] [--batches 5] [--server-event-loop precise|auto|uvloop|asyncio] [--record FILE]
 """
 
 from __future__ import annotations
@@ -112,6 +114,17 @@ def measure(label: str, run: Any, n: int, turns: int, latency_s: float, concurre
     }
 
 
+def measure_batches(label: str, make_run: Any, batches: int, n: int, turns: int, latency_s: float, concurrency: int,
+                    server: Any) -> dict[str, Any]:
+    """``batches`` measurements of ``make_run(index)()``: the median batch's figures, with every
+    batch's efficiency and their range."""
+    results = [measure(label, make_run(i), n, turns, latency_s, concurrency, server) for i in range(batches)]
+    efficiencies = [r["efficiency"] for r in results]
+    median = sorted(results, key=lambda r: r["efficiency"])[len(results) // 2]
+    return {**median, "batches": len(results), "efficiency_batches": efficiencies,
+            "efficiency_min": min(efficiencies), "efficiency_max": max(efficiencies)}
+
+
 def _tool_workers(text: str) -> int | None:
     return None if text == "default" else int(text)
 
@@ -127,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="APIMultiTurnRollout(tool_workers=...): 'default' (a thread pool), or 0 for tools "
                              "run on the event loop")
     parser.add_argument("--thread-pool", type=int, default=8, help="baseline workers (0 to skip)")
+    parser.add_argument("--batches", type=int, default=5, help="measured batches per mode (the median is shown)")
     parser.add_argument("--server-event-loop", choices=EVENT_LOOPS,
                         help="the scripted server's loop (default: its own, 'precise' when latency is injected)")
     parser.add_argument("--record", type=Path, help="append the JSON record to this file")
@@ -150,32 +164,37 @@ def main(argv: list[str] | None = None) -> int:
                                                   tool_workers=tool_workers)
                     # a previous batch on the rollout's kept loop: connections are warm, as in a farm's steady state
                     rollout(trajectories(max(concurrency, 64), args.turns, f"warm-{transport}-{concurrency}"))
-                    batch = trajectories(args.trajectories, args.turns, f"run-{transport}-{concurrency}")
 
-                    def run(rollout=rollout, batch=batch):
-                        return rollout(batch)
+                    def make_run(index, rollout=rollout, tag=f"run-{transport}-{concurrency}"):
+                        batch = trajectories(args.trajectories, args.turns, f"{tag}-{index}")
+                        return lambda: rollout(batch)
 
                     label = f"asyncio/{transport}" + ("" if tool_workers is None else f"/tools={tool_workers}")
-                    results.append(measure(label, run, args.trajectories, args.turns, latency_s, concurrency, server))
+                    results.append(measure_batches(label, make_run, args.batches, args.trajectories, args.turns,
+                                                   latency_s, concurrency, server))
                     rollout.close()
                     print(json.dumps(results[-1]), flush=True)
         if args.thread_pool:
             api = OpenAI("scripted", base_url=base_url)
             thread_per_trajectory(api, manager, trajectories(16, args.turns, "warm-threads"), args.thread_pool, args.turns + 1)
-            batch = trajectories(args.trajectories, args.turns, "run-threads")
-            results.append(measure("thread-pool", lambda: thread_per_trajectory(api, manager, batch, args.thread_pool,
-                                                                                 args.turns + 1),
-                                   args.trajectories, args.turns, latency_s, args.thread_pool, server))
+
+            def make_threads_run(index):
+                batch = trajectories(args.trajectories, args.turns, f"run-threads-{index}")
+                return lambda: thread_per_trajectory(api, manager, batch, args.thread_pool, args.turns + 1)
+
+            results.append(measure_batches("thread-pool", make_threads_run, args.batches, args.trajectories,
+                                           args.turns, latency_s, args.thread_pool, server))
             print(json.dumps(results[-1]), flush=True)
     finally:
         server.stop()
-    header = (f"{'mode':<26}{'conc':>6}{'wall s':>9}{'ideal s':>9}{'eff':>7}{'req/s':>9}{'cli ms/req':>12}"
-              f"{'srv ms/req':>12}{'held p50 ms':>13}{'early':>7}")
+    header = (f"{'mode':<26}{'conc':>6}{'wall s':>9}{'ideal s':>9}{'eff':>7}{'eff range':>12}{'req/s':>9}"
+              f"{'cli ms/req':>12}{'srv ms/req':>12}{'held p50 ms':>13}{'early':>7}")
     print("\n" + header)
     for r in results:
         held = r["server_held"]
-        print(f"{r['mode']:<26}{r['concurrency']:>6}{r['wall_s']:>9.2f}{r['ideal_s']:>9.2f}{r['efficiency']:>7.2f}"
-              f"{r['requests_per_s']:>9.0f}{r['client_cpu_ms_per_request']:>12.3f}{r['server_cpu_ms_per_request']:>12.3f}"
+        spread = f"{r['efficiency_min']:.3f}-{r['efficiency_max']:.3f}"
+        print(f"{r['mode']:<26}{r['concurrency']:>6}{r['wall_s']:>9.2f}{r['ideal_s']:>9.2f}{r['efficiency']:>7.3f}"
+              f"{spread:>12}{r['requests_per_s']:>9.0f}{r['client_cpu_ms_per_request']:>12.3f}{r['server_cpu_ms_per_request']:>12.3f}"
               f"{held.get('p50_ms', float('nan')):>13.2f}{held.get('early', 0):>7}")
     record = {"bench": "api_rollout", "git_sha": git_sha(), "cpus": os.cpu_count(),
               "load_avg_1m_before": load_before, "load_avg_1m": os.getloadavg()[0], "params": {k: str(v) for k, v in vars(args).items()},
