@@ -49,13 +49,15 @@ def short_run_overrides() -> list[tuple[Any, str, Any]]:
     from ray.data._internal.execution.operators import hash_shuffle
     from ray.data._internal.execution.resource_manager import ResourceManager
 
-    wanted = [(ResourceManager, "GLOBAL_LIMITS_UPDATE_INTERVAL_S", LIMITS_REFRESH_S)]
+    wanted = []
+    if hasattr(ResourceManager, "GLOBAL_LIMITS_UPDATE_INTERVAL_S"):
+        wanted.append((ResourceManager, "GLOBAL_LIMITS_UPDATE_INTERVAL_S", LIMITS_REFRESH_S))
     shuffle = getattr(hash_shuffle, "HashShufflingOperatorBase", None)
     if not any(name in os.environ for name in SAMPLE_ENV) and all(
         hasattr(shuffle, name) for name in SHUFFLE_INTERNALS
     ):
         wanted.append((shuffle, "start", start_shuffle_at_once(shuffle.start)))
-    return [(owner, name, value) for owner, name, value in wanted if owner is not None and hasattr(owner, name)]
+    return wanted
 
 
 @contextlib.contextmanager
