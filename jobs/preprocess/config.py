@@ -61,7 +61,9 @@ class PreprocessConfig:
     actors: int = field(
         default=1, metadata=_opt("actor pool size of each model stage (steps with needs_actor)")
     )
-    rows_per_file: int = field(default=200_000, metadata=_opt("about how many rows each output file holds"))
+    # Each write task gathers this many rows before it starts: the writes are the job's last step, and
+    # with 200k a 200k-row input ended on one write task while the other CPUs idled.
+    rows_per_file: int = field(default=100_000, metadata=_opt("about how many rows each output file holds"))
     address: str | None = field(
         default=None,
         metadata=_opt("Ray cluster address (default: RAY_ADDRESS, else an embedded local cluster)"),

@@ -13,6 +13,10 @@ column     type            meaning
 ``row``    large_string    the row as JSON; for a dropped row, the row as the step saw it
 =========  ==============  ===========================================================
 
+Between a stage and the dedup exchange that follows it, three more columns: ``_dkey`` (the live
+row's group key), ``_dlen`` (its message count) and ``_dpart`` (a 32-bit hash of the group key that
+routes the row to its partition; for rows that never compete, a hash of their id).
+
 Why JSON text instead of Arrow structs: rows are schemaless. ``content`` is a string in one
 message and a list of parts in the next, ``tool_calls`` is a list here and a JSON string there,
 and rows carry arbitrary extra keys. Arrow needs one type per column per block and unifies
@@ -30,11 +34,16 @@ the output sink sums them. They are therefore counted exactly once even when Ray
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 SRC, LINE, KIND, STEP, REASON, ROW = "_src", "_line", "_kind", "_step", "_reason", "row"
-# Present only between a stage and the dedup shuffle that follows it.
-DKEY, DLEN = "_dkey", "_dlen"
+# Present only between a stage and the dedup exchange that follows it.
+DKEY, DLEN, DPART = "_dkey", "_dlen", "_dpart"
+# _dpart lies in [0, PART_SPACE); the exchange cuts that range into equal partitions.
+PART_SPACE = 1 << 32
+# Knuth's multiplicative hash: spreads consecutive line numbers over the whole partition range.
+_SPREAD = 2654435761
 # Read output: the raw bytes of each record before parsing.
 RAW = "_raw"
 
@@ -54,8 +63,18 @@ def frame_schema(with_dedup_key: bool = False) -> Any:
         pa.field(ROW, pa.large_string()),
     ]
     if with_dedup_key:
-        fields += [pa.field(DKEY, pa.string()), pa.field(DLEN, pa.int32())]
+        fields += [pa.field(DKEY, pa.string()), pa.field(DLEN, pa.int32()), pa.field(DPART, pa.int64())]
     return pa.schema(fields)
+
+
+def key_partition(key: str) -> int:
+    """Where a live row goes in the dedup exchange: rows with equal group keys always meet."""
+    return zlib.crc32(key.encode("utf-8", "surrogatepass"))
+
+
+def id_partition(src: int, line: int) -> int:
+    """Where a row that competes in no dedup goes (dropped rows, statistics): spread by its id."""
+    return ((line * _SPREAD) ^ src) & (PART_SPACE - 1)
 
 
 def read_schema() -> Any:
@@ -94,10 +113,11 @@ class FrameBuilder:
         if self.with_dedup_key:
             c[DKEY].append(dkey)
             c[DLEN].append(dlen)
+            c[DPART].append(key_partition(dkey) if kind == LIVE else id_partition(src, line))
 
     def add_stats(self, records: list[dict]) -> None:
         """One statistics record: ``[{position, ...StepStats.to_dict()}, ...]`` as JSON."""
-        self.add(-1, -1, STATS, None, None, json.dumps(records), dkey="~stats")
+        self.add(-1, -1, STATS, None, None, json.dumps(records))
 
     def build(self) -> Any:
         import pyarrow as pa
@@ -115,8 +135,8 @@ class FrameBuilder:
 def passthrough(table: Any, with_dedup_key: bool = False) -> Any:
     """The rows of a frame table that are not live, unchanged, in the output layout.
 
-    Dropped rows and statistics records never compete in a dedup; when a dedup key is needed each
-    gets one of its own so the shuffle spreads them evenly.
+    Dropped rows and statistics records never compete in a dedup; when the dedup columns are needed
+    they get no key and a partition spread by their id, so the exchange spreads them evenly.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -124,7 +144,12 @@ def passthrough(table: Any, with_dedup_key: bool = False) -> Any:
     rest = table.filter(pc.not_equal(table.column(KIND), LIVE)).select(list(frame_schema().names))
     if not with_dedup_key:
         return rest
-    key = pc.binary_join_element_wise(
-        "~", pc.cast(rest.column(SRC), pa.string()), pc.cast(rest.column(LINE), pa.string()), ":"
+    # id_partition in Arrow: int64 products wrap, which keeps the low 32 bits that are used
+    spread = pc.multiply(rest.column(LINE), pa.scalar(_SPREAD, pa.int64()))
+    part = pc.bit_wise_xor(spread, pc.cast(rest.column(SRC), pa.int64()))
+    part = pc.bit_wise_and(part, pa.scalar(PART_SPACE - 1, pa.int64()))
+    return (
+        rest.append_column(DKEY, pa.nulls(rest.num_rows, pa.string()))
+        .append_column(DLEN, pa.array([0] * rest.num_rows, pa.int32()))
+        .append_column(DPART, part)
     )
-    return rest.append_column(DKEY, key).append_column(DLEN, pa.array([0] * rest.num_rows, pa.int32()))

@@ -7,11 +7,11 @@ Data flow::
       batch_size rows first and stage 1 runs as a map_batches over tasks
       -> stage 2...: cheap steps (map_batches over tasks)              } one stage per group of cheap
       -> model step (map_batches over an actor pool, models load once) } steps, per model step,
-      -> dedup: hash repartition by group key -> winners per partition } and per DedupFilter
+      -> dedup: hash partition by group key -> winners per partition   } and per DedupFilter
       -> ...
       -> PreprocessDatasink: kept rows, drop ledger, summed StepStats
 
-Where dedup runs is the config's choice: a ``DedupFilter`` entry becomes a shuffle at exactly that
+Where dedup runs is the config's choice: a ``DedupFilter`` entry becomes an exchange at exactly that
 place in the pipeline, and the one-process reference runs it on all surviving rows at the same
 place. The bundled default puts it last (its comments say why); the seed documents put it first.
 """
@@ -19,13 +19,12 @@ place. The bundled default puts it last (its comments say why); the seed documen
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from typing import Any
 
 from .config import PreprocessConfig
-from .frame import DKEY, READ_STEP
+from .frame import DPART, PART_SPACE, READ_STEP
 from .ray_tuning import short_run_scheduling
 from .report import RunSummary, write_reports
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
@@ -36,25 +35,14 @@ from .steps import ConfigError, Stage, build_step, plan_stages, unique_names
 logger = logging.getLogger(__name__)
 
 MAX_DEFAULT_PARTITIONS = 64
-# Whole-file read tasks per CPU. Each read task's output reaches the dedup shuffle as one block per
-# 128 MiB, and Ray Data runs one shuffle task (1 CPU) per block, in a worker process of its own
-# whenever the reads hold the others: with 8 tasks per CPU, a 2-CPU run started 4-5 worker processes
-# for 2 CPUs (~1.5 CPU s each to start and import Ray Data). Split files still spread over every CPU
-# (``needs_split``); two tasks per CPU keep a slow file from leaving a CPU idle for long.
+# Whole-file read tasks per CPU. Each read task's output reaches the dedup exchange as one block per
+# 128 MiB. Split files still spread over every CPU (``needs_split``); two tasks per CPU keep a slow
+# file from leaving a CPU idle for long.
 READ_TASKS_PER_CPU = 2
-# Input bytes per HASH_SHUFFLE aggregator of the dedup. The aggregators only buffer blocks until the
-# read is done (0 CPU; ``mark_duplicates`` runs in the tasks after them), but each is a worker process
-# and Ray Data starts one per cluster CPU; one per this many bytes of input (at most one per CPU) keeps
-# the memory each one holds bounded without paying for idle processes on small inputs.
-INPUT_BYTES_PER_AGGREGATOR = 2 << 30
-# With SHUFFLE_V2 (chosen through RAY_DATA_DEFAULT_SHUFFLE_STRATEGY), Ray's default (1 GiB) buffers
-# the whole input of a dedup shuffle at our sizes before the first map task runs; smaller batches let
-# the shuffle map run while the filters are still producing rows.
-SHUFFLE_INPUT_BATCH_BYTES = 64 << 20
 # Logical CPUs a fused read+filter task asks Ray for; the read's ``concurrency`` (one task per cluster
-# CPU) is what bounds how many run at once. Ray Data reserves a whole CPU per downstream shuffle
-# operator from the start, although the shuffle does little until the read is done: with read tasks
-# asking for 1 CPU, a 2-CPU cluster ran one read task at a time (measured: docs/bench/preprocess_job.md).
+# CPU) is what bounds how many run at once. Ray Data reserves resources for every downstream operator
+# from the start: with read tasks asking for 1 CPU, a 2-CPU cluster ran one read task at a time
+# (measured: docs/bench/preprocess_job.md).
 READ_TASK_CPUS = 0.25
 
 
@@ -99,14 +87,24 @@ def read_tasks(sources: list[Source], cpus: int) -> int:
     return max(1, min(len(sources), READ_TASKS_PER_CPU * cpus))
 
 
-def dedup_aggregators(sources: list[Source], cpus: int) -> int:
-    """HASH_SHUFFLE aggregators for a dedup of ``sources``: one per INPUT_BYTES_PER_AGGREGATOR of
-    input (decompressed size as the read estimates it), at least one, at most one per CPU (Ray
-    Data's own cap)."""
-    from .read import estimated_size
+def partition_bounds(partitions: int) -> list[int]:
+    """Cut points of the dedup exchange: ``partitions`` equal ranges of the ``_dpart`` hash space.
 
-    size = sum(estimated_size(s) for s in sources)
-    return max(1, min(cpus, -(-size // INPUT_BYTES_PER_AGGREGATOR)))
+    One partition still needs a cut point (Ray samples cut points when given none), so it is the
+    end of the space and the second, empty range receives nothing.
+    """
+    return [(i * PART_SPACE) // partitions for i in range(1, partitions)] or [PART_SPACE]
+
+
+def exchange_strategy(current: Any) -> Any:
+    """The shuffle strategy of the dedup exchange: Ray Data's pull-based sort shuffle (plain tasks
+    in the job's worker pool), or its push-based one when the context asks for that (large inputs,
+    many blocks)."""
+    from ray.data.context import ShuffleStrategy
+
+    if current == ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED:
+        return current
+    return ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
 
 
 def stage_adapter(stage: Stage, steps: list[Any], names: list[str]) -> StageAdapter:
@@ -157,10 +155,13 @@ def build(
     for stage in stages:
         if stage.kind == "dedup":
             (position,) = stage.positions
-            ds = ds.repartition(partitions, keys=[DKEY]).map_batches(
+            # Hash partitioning as a range partition of the key's hash: the sort shuffle runs as
+            # plain tasks on the job's warm workers, where a keyed repartition (HASH_SHUFFLE) starts
+            # aggregator actors, a fresh process each, in every run.
+            ds = ds.sort(DPART, boundaries=partition_bounds(partitions)).map_batches(
                 mark_duplicates,
                 fn_kwargs={"step": names[position], "position": position},
-                batch_size=None,  # whole hash partitions: every group lies inside one
+                batch_size=None,  # whole partitions: every group lies inside one
                 batch_format="pyarrow",
             )
             continue
@@ -259,7 +260,6 @@ def check_invariants(result: SinkResult, stats: list) -> None:
 def run(cfg: PreprocessConfig) -> RunSummary:
     """Run the job and write every output; raises ConfigError/InputError or InvariantError."""
     import ray.data
-    from ray.data.context import ShuffleStrategy
 
     from .sink import PreprocessDatasink
 
@@ -269,41 +269,25 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     cluster = connect(cfg.address, cfg.num_cpus)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = cfg.progress
-    if "RAY_DATA_DEFAULT_SHUFFLE_STRATEGY" not in os.environ or context.shuffle_strategy not in (
-        ShuffleStrategy.HASH_SHUFFLE,
-        ShuffleStrategy.SHUFFLE_V2,
-        ShuffleStrategy.GPU_SHUFFLE,
-    ):
-        # A keyed repartition needs a hash shuffle. Ray's default (SHUFFLE_V2) runs its map and reduce
-        # tasks in worker pools of their own, so a run starts several more worker processes, cold, with
-        # the reduce workers starting only after the last read; HASH_SHUFFLE streams blocks into a few
-        # aggregator actors. An explicit RAY_DATA_DEFAULT_SHUFFLE_STRATEGY (a hash one) is respected.
-        context.shuffle_strategy = ShuffleStrategy.HASH_SHUFFLE
-    if context.hash_shuffle_operator_actor_num_cpus_override is None:
-        # The aggregators only buffer blocks until the read is done; a CPU share of theirs would keep
-        # a whole-CPU shuffle task from ever fitting beside a read on a 1-CPU cluster (a hang).
-        context.hash_shuffle_operator_actor_num_cpus_override = 0
-    context.shuffle_input_batch_bytes = min(context.shuffle_input_batch_bytes, SHUFFLE_INPUT_BATCH_BYTES)
     cpus = cluster_cpus()
     partitions = cfg.dedup_partitions or min(MAX_DEFAULT_PARTITIONS, 2 * cpus)
     split = needs_split(sources, cpus)
     for stage in stages:
         logger.info("stage %s", stage.describe(names))
     logger.info(
-        "%d input file(s)%s; dedup shuffle partitions: %d",
+        "%d input file(s)%s; dedup exchange partitions: %d",
         len(sources),
         ", re-blocked for parallelism" if split else ", read fused with the first stage",
         partitions,
     )
 
     start = time.perf_counter()
-    user_aggregators = context.max_hash_shuffle_aggregators
-    if user_aggregators is None:
-        context.max_hash_shuffle_aggregators = dedup_aggregators(sources, cpus)
+    user_strategy = context.shuffle_strategy
+    context.shuffle_strategy = exchange_strategy(user_strategy)
     try:
         ds = build(sources, steps, names, stages, cfg, partitions, split, cpus)
     finally:  # the dataset holds its own copy of the context; the caller's stays as it was
-        context.max_hash_shuffle_aggregators = user_aggregators
+        context.shuffle_strategy = user_strategy
     sink = PreprocessDatasink(
         cfg.output, [s.uri for s in sources], uuid.uuid4().hex[:12], cfg.output_format, cfg.rows_per_file
     )

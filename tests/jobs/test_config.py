@@ -7,13 +7,14 @@ from collections import Counter
 import pytest
 
 from jobs.preprocess.config import build_parser, resolve_config
+from jobs.preprocess.frame import PART_SPACE
 from jobs.preprocess.job import (
-    INPUT_BYTES_PER_AGGREGATOR,
     InvariantError,
     check_invariants,
     collect_stats,
-    dedup_aggregators,
+    exchange_strategy,
     needs_split,
+    partition_bounds,
 )
 from jobs.preprocess.sink import SinkResult
 from jobs.preprocess.sources import Source
@@ -119,21 +120,24 @@ def test_records_are_re_blocked_only_when_files_alone_would_idle_cpus(sizes, cpu
     assert needs_split(sources, cpus) is split
 
 
-@pytest.mark.parametrize(
-    "sizes, cpus, aggregators",
-    [
-        ([100] * 16, 2, 1),  # small input: one aggregator, not one per CPU
-        ([INPUT_BYTES_PER_AGGREGATOR] * 3, 2, 2),  # never more than one per CPU
-        ([INPUT_BYTES_PER_AGGREGATOR] * 5 + [1], 64, 6),  # one per INPUT_BYTES_PER_AGGREGATOR, rounded up
-        ([None] * 4, 8, 1),  # sizes unknown
-    ],
-    ids=["small", "capped-by-cpus", "per-2GiB", "unknown-sizes"],
-)
-def test_dedup_aggregators_follow_the_input_size_up_to_one_per_cpu(sizes, cpus, aggregators):
-    sources = [Source(i, f"f{i}.jsonl", "jsonl", size) for i, size in enumerate(sizes)]
-    assert dedup_aggregators(sources, cpus) == aggregators
+@pytest.mark.parametrize("partitions", [1, 2, 3, 4, 7, 64])
+def test_partition_bounds_cut_the_hash_space_into_that_many_ranges(partitions):
+    bounds = partition_bounds(partitions)
+    assert bounds == sorted(set(bounds)) and all(isinstance(b, int) for b in bounds)
+    edges = [0, *bounds, PART_SPACE]
+    sizes = [hi - lo for lo, hi in zip(edges, edges[1:], strict=False)]
+    if partitions == 1:  # one range holding the whole space, and an empty one after it
+        assert sizes == [PART_SPACE, 0]
+    else:
+        assert len(sizes) == partitions and max(sizes) - min(sizes) <= 1
 
 
-def test_dedup_aggregators_count_compressed_inputs_at_their_decompressed_size():
-    gzipped = [Source(i, f"f{i}.jsonl.gz", "jsonl", INPUT_BYTES_PER_AGGREGATOR // 2) for i in range(2)]
-    assert dedup_aggregators(gzipped, 64) == 5  # 2 x 1 GiB compressed, ~5 GiB to hold
+def test_the_exchange_uses_a_sort_shuffle_and_keeps_an_explicit_push_based_one():
+    from ray.data.context import ShuffleStrategy
+
+    assert (
+        exchange_strategy(ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED) == ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED
+    )
+    for other in ShuffleStrategy:
+        if other != ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED:
+            assert exchange_strategy(other) == ShuffleStrategy.SORT_SHUFFLE_PULL_BASED

@@ -150,11 +150,13 @@ def test_job_equals_one_process_run(
         config = tmp_path / "pipeline.yaml"
         config.write_text(yaml.safe_dump({"steps": [spec.to_config() for spec in steps]}))
         argv += ["--config", str(config)]
-    assert main(argv) == 0
     import ray.data
 
-    # the job sized the dedup's aggregators on its own copy of the Ray Data context
-    assert ray.data.DataContext.get_current().max_hash_shuffle_aggregators is None
+    strategy_before = ray.data.DataContext.get_current().shuffle_strategy
+    assert main(argv) == 0
+
+    # the job chose its exchange's shuffle strategy on its own copy of the Ray Data context
+    assert ray.data.DataContext.get_current().shuffle_strategy == strategy_before
     summary_line = capsys.readouterr().out.strip().splitlines()[-1]
     cfg = resolve_config(build_parser().parse_args(argv))
     out = check_run_against_reference(cfg, summary_line)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import random
@@ -11,7 +12,19 @@ import pytest
 from job_data import chat_rows, cut_emoji_row
 from job_steps import LosesKeys, ModelStep, ShoutMapper
 
-from jobs.preprocess.frame import DKEY, DROPPED, KIND, LIVE, STATS, read_schema
+from jobs.preprocess.frame import (
+    DKEY,
+    DPART,
+    DROPPED,
+    KIND,
+    LIVE,
+    PART_SPACE,
+    STATS,
+    id_partition,
+    key_partition,
+    read_schema,
+)
+from jobs.preprocess.job import partition_bounds
 from jobs.preprocess.stages import StageAdapter, mark_duplicates
 from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps, plan_stages
 from twinkle_agentic.preprocessor import DedupFilter, HardFilter
@@ -79,6 +92,10 @@ def test_later_stage_passes_dropped_rows_through_and_adds_dedup_keys():
     assert len(frames(second, DROPPED)) == 1 and len(frames(second, STATS)) == 2
     (live,) = frames(second, LIVE)
     assert live[DKEY].startswith("f:") and live["_dlen"] == 0
+    assert live[DPART] == key_partition(live[DKEY])
+    (dropped,) = frames(second, DROPPED)
+    assert dropped[DKEY] is None and dropped[DPART] == id_partition(dropped["_src"], dropped["_line"])
+    assert all(0 <= r[DPART] < PART_SPACE for r in second.to_pylist())
 
 
 def test_step_contract_violations_name_the_step():
@@ -109,11 +126,14 @@ def test_dedup_winners_match_dedup_filter_for_any_partitioning(partitions, seed)
     rows = chat_rows(300, seed)
     lines = [json.dumps(r).encode() for r in rows]
     keyed = StageAdapter([], [], [], parse=True, dedup=DedupFilter())(raw_table(lines))
-    # split into hash partitions and shuffle rows inside each, as a shuffle may deliver them
+    # route rows as the exchange does (by _dpart, cut by partition_bounds), and shuffle rows
+    # inside each partition, as the exchange may deliver them in any order
     rng = random.Random(seed)
-    parts: list[list[int]] = [[] for _ in range(partitions)]
-    for i, key in enumerate(keyed.column(DKEY).to_pylist()):
-        parts[hash(key) % partitions].append(i)
+    bounds = partition_bounds(partitions)
+    parts: list[list[int]] = [[] for _ in range(len(bounds) + 1)]
+    for i, part in enumerate(keyed.column(DPART).to_pylist()):
+        parts[bisect.bisect_right(bounds, part)].append(i)
+    assert partitions == 1 or sum(1 for p in parts if p) > 1  # the routing spreads rows
     kept_ids, dropped_ids = set(), set()
     for index in parts:
         rng.shuffle(index)
