@@ -74,9 +74,13 @@ def _head(args: argparse.Namespace) -> int:
     print(f"Ray head at {head.address} (pid {head.pid}); dashboard and Jobs API at {head.dashboard_url}")
     print(f"  export RAY_AUTH_MODE={head.env['RAY_AUTH_MODE']} RAY_ADDRESS={head.address}")
     print(f"  ray job submit --address {head.dashboard_url} --working-dir . -- twinkle-agentic ...")
-    print("Ctrl-C stops it.")
+    print("Ctrl-C stops it.", flush=True)
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    # sigwait only takes a signal that is blocked: unblocked, SIGTERM ended this process at once and
+    # left the head running, and SIGINT is ignored by processes a script starts in the background.
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        signal.sigwait(stop_signals)
     finally:
         head.stop()
     return 0

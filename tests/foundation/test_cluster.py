@@ -1,7 +1,10 @@
 """The cluster helper: address resolution, one auth mode for every process, and the job path
 ``ray start --head`` -> ``ray job submit --working-dir . -- ...`` on a real head started here."""
 
+import contextlib
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -74,6 +77,39 @@ def head():
         assert len(live_members(pgid)) >= 3  # ray start, gcs_server, raylet, ...
         yield h
     assert h.process is None and live_members(pgid) == []
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_cluster_head_cli_stops_its_cluster_on_a_signal(stop_signal):
+    """``twinkle-agentic cluster head`` started by a script (in the background, SIGINT ignored as
+    a shell does for background jobs) stops its whole cluster on SIGTERM or SIGINT."""
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "twinkle_agentic.cli", "cluster", "head", "--num-cpus", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    pgid = None
+    try:
+        lines = []
+        for line in cli.stdout:
+            lines.append(line)
+            if match := re.search(r"Ray head at \S+ \(pid (\d+)\)", line):
+                pgid = int(match.group(1))
+            if "Ctrl-C stops it." in line:
+                break
+        assert pgid is not None and len(live_members(pgid)) >= 3, "".join(lines)[-2000:]
+        cli.send_signal(stop_signal)
+        assert cli.wait(timeout=60) == 0
+        assert live_members(pgid) == []
+    finally:
+        for group in (pgid, cli.pid):
+            if group is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGKILL)
+        cli.wait(timeout=10)
 
 
 JOB = textwrap.dedent(
