@@ -35,6 +35,10 @@ from .steps import ConfigError, Stage, build_step, plan_stages, unique_names
 logger = logging.getLogger(__name__)
 
 MAX_DEFAULT_PARTITIONS = 64
+# Input blocks from which the dedup exchange uses Ray's push-based shuffle (Ray's own guidance), and
+# Ray Data's default block size, for a context that has none.
+PUSH_BASED_MIN_BLOCKS = 1000
+DEFAULT_BLOCK_BYTES = 128 << 20
 # Whole-file read tasks per CPU. Each read task's output reaches the dedup exchange as one block per
 # 128 MiB. Split files still spread over every CPU (``needs_split``); two tasks per CPU keep a slow
 # file from leaving a CPU idle for long.
@@ -96,15 +100,23 @@ def partition_bounds(partitions: int) -> list[int]:
     return [(i * PART_SPACE) // partitions for i in range(1, partitions)] or [PART_SPACE]
 
 
-def exchange_strategy(current: Any) -> Any:
-    """The shuffle strategy of the dedup exchange: Ray Data's pull-based sort shuffle (plain tasks
-    in the job's worker pool), or its push-based one when the context asks for that (large inputs,
-    many blocks)."""
+def exchange_strategy(current: Any, input_blocks: int) -> Any:
+    """The shuffle strategy of the dedup exchange: Ray Data's sort shuffle, as plain tasks in the
+    job's worker pool. Pull-based, unless the context asks for the push-based one or the input is
+    PUSH_BASED_MIN_BLOCKS blocks or more, where Ray recommends it (the pull-based map writes one
+    object per block and partition)."""
     from ray.data.context import ShuffleStrategy
 
-    if current == ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED:
-        return current
+    if current == ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED or input_blocks >= PUSH_BASED_MIN_BLOCKS:
+        return ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED
     return ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+
+
+def input_blocks(sources: list[Source], block_bytes: int | None) -> int:
+    """About how many blocks the read yields: the input's in-memory size over Ray's block size."""
+    from .read import estimated_size
+
+    return -(-sum(estimated_size(s) for s in sources) // (block_bytes or DEFAULT_BLOCK_BYTES))
 
 
 def stage_adapter(stage: Stage, steps: list[Any], names: list[str]) -> StageAdapter:
@@ -283,7 +295,9 @@ def run(cfg: PreprocessConfig) -> RunSummary:
 
     start = time.perf_counter()
     user_strategy = context.shuffle_strategy
-    context.shuffle_strategy = exchange_strategy(user_strategy)
+    context.shuffle_strategy = exchange_strategy(
+        user_strategy, input_blocks(sources, context.target_max_block_size)
+    )
     try:
         ds = build(sources, steps, names, stages, cfg, partitions, split, cpus)
     finally:  # the dataset holds its own copy of the context; the caller's stays as it was

@@ -9,10 +9,12 @@ import pytest
 from jobs.preprocess.config import build_parser, resolve_config
 from jobs.preprocess.frame import PART_SPACE
 from jobs.preprocess.job import (
+    PUSH_BASED_MIN_BLOCKS,
     InvariantError,
     check_invariants,
     collect_stats,
     exchange_strategy,
+    input_blocks,
     needs_split,
     partition_bounds,
 )
@@ -132,12 +134,21 @@ def test_partition_bounds_cut_the_hash_space_into_that_many_ranges(partitions):
         assert len(sizes) == partitions and max(sizes) - min(sizes) <= 1
 
 
-def test_the_exchange_uses_a_sort_shuffle_and_keeps_an_explicit_push_based_one():
+def test_the_exchange_uses_the_push_based_sort_shuffle_when_asked_or_for_many_blocks():
     from ray.data.context import ShuffleStrategy
 
-    assert (
-        exchange_strategy(ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED) == ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED
-    )
+    push, pull = ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED, ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    assert exchange_strategy(push, 1) == push
+    assert exchange_strategy(ShuffleStrategy.HASH_SHUFFLE, PUSH_BASED_MIN_BLOCKS) == push
     for other in ShuffleStrategy:
-        if other != ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED:
-            assert exchange_strategy(other) == ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+        if other != push:
+            assert exchange_strategy(other, PUSH_BASED_MIN_BLOCKS - 1) == pull
+
+
+def test_input_blocks_estimate_the_reads_output_in_blocks():
+    mib = 1 << 20
+    plain = [Source(i, f"f{i}.jsonl", "jsonl", 100 * mib) for i in range(3)]
+    assert input_blocks(plain, 128 * mib) == 3  # 300 MiB in 128 MiB blocks, rounded up
+    assert input_blocks(plain, None) == 3  # Ray's default block size
+    gzipped = [Source(0, "f.jsonl.gz", "jsonl", 100 * mib)]
+    assert input_blocks(gzipped, 128 * mib) == 4  # ~500 MiB once decompressed
