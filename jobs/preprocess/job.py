@@ -35,10 +35,8 @@ from .steps import ConfigError, Stage, build_step, plan_stages, unique_names
 logger = logging.getLogger(__name__)
 
 MAX_DEFAULT_PARTITIONS = 64
-# Input blocks from which the dedup exchange uses Ray's push-based shuffle (Ray's own guidance), and
-# Ray Data's default block size, for a context that has none.
+# Input blocks from which the dedup exchange uses Ray's push-based shuffle (Ray's own guidance).
 PUSH_BASED_MIN_BLOCKS = 1000
-DEFAULT_BLOCK_BYTES = 128 << 20
 # Whole-file read tasks per CPU. Each read task's output reaches the dedup exchange as one block per
 # 128 MiB. Split files still spread over every CPU (``needs_split``); two tasks per CPU keep a slow
 # file from leaving a CPU idle for long.
@@ -113,10 +111,13 @@ def exchange_strategy(current: Any, input_blocks: int) -> Any:
 
 
 def input_blocks(sources: list[Source], block_bytes: int | None) -> int:
-    """About how many blocks the read yields: the input's in-memory size over Ray's block size."""
-    from .read import estimated_size
+    """About how many blocks the read yields: the input's in-memory size over Ray's block size (its
+    default when the context sets none)."""
+    from ray.data.context import DEFAULT_TARGET_MAX_BLOCK_SIZE
 
-    return -(-sum(estimated_size(s) for s in sources) // (block_bytes or DEFAULT_BLOCK_BYTES))
+    from .read import estimated_total
+
+    return -(-estimated_total(sources) // (block_bytes or DEFAULT_TARGET_MAX_BLOCK_SIZE))
 
 
 def stage_adapter(stage: Stage, steps: list[Any], names: list[str]) -> StageAdapter:

@@ -35,6 +35,11 @@ def estimated_size(source: Source) -> int:
     return size * _COMPRESSED_EXPANSION if source.uri.endswith((".gz", ".bz2", ".zst")) else size
 
 
+def estimated_total(sources: list[Source]) -> int:
+    """Bytes the records of all ``sources`` take once read (:func:`estimated_size` summed)."""
+    return sum(estimated_size(s) for s in sources)
+
+
 def read_blocks(sources: list[Source], block_rows: int) -> Iterator[Any]:
     """Blocks of raw records of ``sources``, in order, ``block_rows`` records at most per block."""
     import pyarrow as pa
@@ -64,7 +69,7 @@ def split_sources(sources: list[Source], parallelism: int) -> list[list[Source]]
     if not sources:
         return []
     groups = max(1, min(parallelism, len(sources)))
-    total = sum(estimated_size(s) for s in sources)
+    total = estimated_total(sources)
     target = total / groups
     result: list[list[Source]] = [[]]
     filled = 0
@@ -96,7 +101,7 @@ class RecordDatasource(Datasource):
         return read_schema() if self.transform is None else self.transform.output_schema()
 
     def estimate_inmemory_data_size(self) -> int | None:
-        return sum(estimated_size(s) for s in self.sources)
+        return estimated_total(self.sources)
 
     def get_read_tasks(
         self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
@@ -106,7 +111,7 @@ class RecordDatasource(Datasource):
         for group in split_sources(self.sources, parallelism if parallelism > 0 else len(self.sources)):
             metadata = BlockMetadata(
                 num_rows=None,
-                size_bytes=sum(estimated_size(s) for s in group),
+                size_bytes=estimated_total(group),
                 input_files=[s.uri for s in group],
                 exec_stats=None,
             )
