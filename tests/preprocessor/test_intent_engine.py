@@ -18,7 +18,7 @@ from twinkle_agentic.preprocessor.intent import (
     UserDissatisfactionDetector,
     default_detectors,
 )
-from twinkle_agentic.preprocessor.re2_batch import TextBatch, to_re2
+from twinkle_agentic.preprocessor.re2_batch import TextBatch, glued_probe, to_re2
 
 
 def hits(detector, text: str) -> int:
@@ -122,6 +122,18 @@ def test_to_re2_translation():
 def test_junctions_where_re2_word_boundaries_differ():
     texts = ["用vector", "中 vector", "vector中", "café", "plain ascii"]
     assert TextBatch(texts).junctions() == {0: ([1], []), 2: ([], [6]), 3: ([], [3])}
+
+
+def test_a_boundary_right_after_a_match_is_judged_as_re_does():
+    """Arrow's count restarts where a match ended without the text before it, so ``\\bvector``
+    right after ``\\frac`` counted as a fourth hit; such texts are recounted with ``re``."""
+    texts = ["vector$x$\\fracvector", "vector$x$\\frac vector"]
+    detector = MathDetector()
+    detector.re2_min_chars = 0  # always the RE2 path
+    assert detector.judge_many(TextBatch(texts)) == [False, True] == [detector.judge(t) for t in texts]
+    # the engine's behaviour, for the record: "ab" counts 2 where re counts 1
+    assert TextBatch(["ab", "a b", "b"]).counts(r"a|\bb") == [2, 2, 1]
+    assert TextBatch(["ab", "a b", "b"]).matching(glued_probe([r"\bb"])) == [0]
 
 
 PIECES = [

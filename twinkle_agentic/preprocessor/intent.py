@@ -16,7 +16,7 @@ from typing import Any
 from ..data_format import pack_value, user_data_set
 from .base import INVALID_ROW, drop
 from .batch import to_rows
-from .re2_batch import TextBatch, boundary_probes, needs_python, to_re2
+from .re2_batch import TextBatch, boundary_probes, glued_probe, needs_python, re2_flags, to_re2
 from .text import message_text, messages_of, normalise_tool_calls, reasoning_of, split_think
 from .vocab.intent import (
     CODE_FENCE,
@@ -107,6 +107,7 @@ class RegexDetector(TextDetector):
     flags = 0
     pattern: re.Pattern[str]
     re2_pattern: str | None = None
+    glued: str | None = None
     assistant_only = False
     # Below this many characters in a batch ``re`` is cheaper than compiling the RE2 pattern (~1-3 ms).
     re2_min_chars = 4_000
@@ -117,9 +118,9 @@ class RegexDetector(TextDetector):
             return
         source = "|".join(f"(?:{f})" for f in cls.fragments)
         cls.pattern = re.compile(source, cls.flags)
-        inline = ("i" if cls.flags & re.IGNORECASE else "") + ("s" if cls.flags & re.DOTALL else "")
-        cls.re2_pattern = (f"(?{inline})" if inline else "") + to_re2(source)
+        cls.re2_pattern = re2_flags(cls.flags) + to_re2(source)
         cls.probes = boundary_probes(cls.fragments, cls.flags)
+        cls.glued = glued_probe(cls.fragments, cls.flags)
 
     def __init__(self, threshold: int) -> None:
         if threshold < 1:
@@ -136,10 +137,15 @@ class RegexDetector(TextDetector):
     def judge_many(self, batch: TextBatch) -> list[bool]:
         if self.re2_pattern is None or sum(map(len, batch.texts)) < self.re2_min_chars:
             return super().judge_many(batch)
-        verdicts = [n >= self.threshold for n in batch.counts(self.re2_pattern)]
-        for i, junctions in batch.junctions().items():
-            if needs_python(batch.texts[i], junctions, self.probes):
-                verdicts[i] = self.judge(batch.texts[i])
+        counts = batch.counts(self.re2_pattern)
+        verdicts = [n >= self.threshold for n in counts]
+        junctions = batch.junctions()
+        recount = {i for i, at in junctions.items() if needs_python(batch.texts[i], at, self.probes)}
+        matched = [i for i, n in enumerate(counts) if n]  # a count restarts only after a match
+        if self.glued is not None and matched:
+            recount.update(batch.matching(self.glued, matched))
+        for i in recount:
+            verdicts[i] = self.judge(batch.texts[i])
         return verdicts
 
     def claim(self, roles: Sequence[str | None], verdicts: Sequence[bool]) -> list[int]:

@@ -7,10 +7,14 @@ translates them: ``\\w``/``\\d``/``\\s`` into the Unicode classes ``re`` uses, `
 equivalent that never consumes a character another match could start with. Both engines use
 leftmost-first alternation and count non-overlapping matches the same way.
 
-One difference cannot be translated: RE2's ``\\b`` only knows ASCII word characters, so it sees a
+Two differences cannot be translated. RE2's ``\\b`` only knows ASCII word characters, so it sees a
 boundary where an ASCII word character touches a non-ASCII letter or digit (``"用vector"``,
 ``"café"``) and ``re`` does not. :meth:`TextBatch.junctions` lists such places; a caller recounts a
-text with ``re`` when a ``\\b`` of its pattern could fall on one (:func:`boundary_probes`).
+text with ``re`` when a ``\\b`` of its pattern could fall on one (:func:`boundary_probes`). And
+Arrow's count restarts the search where the previous match ended without the text before it, so a
+``\\b`` there sees the start of a text: with ``a|\\bb``, ``"ab"`` counts 2 where ``re`` counts 1. A
+caller recounts a text with ``re`` when it has a match and a fragment with ``\\b`` could match right
+after a word character (:func:`glued_probe`, one RE2 pass over the texts with a match).
 """
 
 from __future__ import annotations
@@ -105,6 +109,16 @@ class TextBatch:
                         self._junctions[i] = (leading, trailing)
         return self._junctions
 
+    def matching(self, re2_pattern: str, among: list[int] | None = None) -> list[int]:
+        """Indices of the texts (of ``among`` when given) where ``re2_pattern`` matches somewhere."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        array = self.array if among is None else self.array.take(among)
+        flags = pc.match_substring_regex(array, re2_pattern).to_numpy(zero_copy_only=False)
+        found = np.flatnonzero(flags)
+        return found.tolist() if among is None else [among[i] for i in found]
+
     def counts(self, re2_pattern: str) -> list[int]:
         """Non-overlapping matches of ``re2_pattern`` in every text (RE2's ``\\b`` semantics)."""
         import pyarrow.compute as pc
@@ -120,9 +134,27 @@ def boundary_probes(
     Built from the fragments with every ``\\b`` removed, so they over-approximate: a probe that does
     not match proves the two engines agree at that junction.
     """
-    bodies = [f.replace(r"\b", "") for f in fragments if r"\b" in f] or ["(?!)"]
-    alternation = "|".join(f"(?:{b})" for b in bodies)
+    alternation = _boundary_bodies(fragments) or "(?!)"
     return re.compile(alternation, flags), re.compile(f"(?:{alternation})\\Z", flags)
+
+
+def glued_probe(fragments: list[str] | tuple[str, ...], flags: int = 0) -> str | None:
+    """RE2 pattern of a fragment that uses ``\\b`` matching right after a word character, the only
+    place where Arrow's restarted count may see a boundary ``re`` does not (or miss one it sees);
+    ``None`` when no fragment uses ``\\b``. Over-approximates like :func:`boundary_probes`."""
+    alternation = _boundary_bodies(fragments)
+    return re2_flags(flags) + to_re2(rf"\w(?:{alternation})") if alternation else None
+
+
+def _boundary_bodies(fragments: list[str] | tuple[str, ...]) -> str:
+    """The fragments that use ``\\b``, with every ``\\b`` removed, as one alternation ('' if none)."""
+    return "|".join("(?:" + f.replace(r"\b", "") + ")" for f in fragments if r"\b" in f)
+
+
+def re2_flags(flags: int) -> str:
+    """RE2's inline form of the ``re`` flags the project's patterns use (IGNORECASE, DOTALL)."""
+    inline = ("i" if flags & re.IGNORECASE else "") + ("s" if flags & re.DOTALL else "")
+    return f"(?{inline})" if inline else ""
 
 
 def needs_python(
