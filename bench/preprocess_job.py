@@ -19,6 +19,10 @@ paused"); ``efficiency (like-for-like)`` divides by that run's rows/s. The plain
 holds every row alive, and its collections scan them all, so it gets slower per row as the corpus
 grows: efficiency against it alone flatters the job.
 
+``--timeline`` prints, after each job run, its tasks from ``ray.timeline()``: per task kind the count,
+first start, last end and busy seconds (seconds from the run's start), and the gaps longer than 0.25 s
+in which a worker that runs the job's data tasks sat idle. That is where a run's start-up and tail go.
+
 ``--job-runs 2`` runs the job twice on each embedded cluster: run #1 pays the per-run start-up (worker
 processes importing Ray Data and the pipeline, Ray Data's own actors), #2 measures a driver that has
 already run one job (a notebook or a service running one preprocess after another). ``--rounds K``
@@ -155,6 +159,51 @@ class ClusterSampler:
         self._thread.join()
 
 
+IDLE_GAP_S = 0.25
+
+
+def timeline_summary(events: list[dict], start: float, end: float) -> list[str]:
+    """Lines describing one run from ``ray.timeline()`` events (``start``/``end``: epoch seconds).
+
+    Task events are the complete events (``ph`` "X") whose category is ``task::<name>``: Ray Data's
+    operators (read, sort map/reduce, write) and the calls to its actors. Workers are told apart by
+    the event's ``tid``; the data workers are those that ran a task that is not an actor call.
+    """
+    tasks: dict[str, list[tuple[float, float]]] = {}
+    by_worker: dict[str, list[tuple[float, float]]] = {}
+    for event in events:
+        kind = str(event.get("cat", ""))
+        if event.get("ph") != "X" or not kind.startswith("task::"):
+            continue
+        begin = event["ts"] / 1e6 - start
+        finish = begin + event["dur"] / 1e6
+        if finish < 0 or begin > end - start:
+            continue
+        name = kind[len("task::") :]
+        tasks.setdefault(name, []).append((begin, finish))
+        if "Actor." not in name:
+            by_worker.setdefault(str(event.get("tid")), []).append((begin, finish))
+    lines = [f"{'task':>52} {'n':>4} {'first s':>8} {'last end':>8} {'busy s':>7}"]
+    for name, spans in sorted(tasks.items(), key=lambda item: min(b for b, _ in item[1])):
+        lines.append(
+            f"{name:>52} {len(spans):>4} {min(b for b, _ in spans):>8.2f} "
+            f"{max(f for _, f in spans):>8.2f} {sum(f - b for b, f in spans):>7.2f}"
+        )
+    for index, spans in enumerate(sorted(by_worker.values(), key=min), 1):
+        gaps, cursor = [], 0.0
+        for begin, finish in sorted(spans):
+            if begin - cursor > IDLE_GAP_S:
+                gaps.append(f"{cursor:.2f}-{begin:.2f}")
+            cursor = max(cursor, finish)
+        if end - start - cursor > IDLE_GAP_S:
+            gaps.append(f"{cursor:.2f}-{end - start:.2f}")
+        busy = sum(f - b for b, f in spans)
+        lines.append(
+            f"data worker {index}: busy {busy:.2f} s; idle > {IDLE_GAP_S} s: {', '.join(gaps) or 'none'}"
+        )
+    return lines
+
+
 def child_baseline(corpus: str, config: str | None, output: str, gc_off: bool = False) -> dict:
     """One process: read + parse, the pipeline over all rows, write kept rows and the ledger
     (``gc_off``: with the cyclic garbage collector paused while the pipeline runs, as job stages do)."""
@@ -204,7 +253,13 @@ def child_dedup(corpus: str) -> dict:
 
 
 def child_job(
-    corpus: str, config: str | None, output: str, cpus: int, batch_size: int | None, runs: int = 1
+    corpus: str,
+    config: str | None,
+    output: str,
+    cpus: int,
+    batch_size: int | None,
+    runs: int = 1,
+    timeline: bool = False,
 ) -> list[dict]:
     """The job ``runs`` times on one embedded cluster: the first pays the per-run start-up (worker
     processes importing Ray Data and the pipeline, Ray Data's own actors), later ones find it done,
@@ -227,6 +282,7 @@ def child_job(
                 cluster.cpu_s,
                 _own_cpu_s(),
             )
+            started = time.time()
             summary = run(cfg)
             driver_cpu_s = _own_cpu_s() - cpu_start - cluster.own_cpu_s  # the sampler is not the driver
         results.append(
@@ -247,6 +303,11 @@ def child_job(
                 "workers_peak_pss_mb": cluster.peak_pss_mb,
             }
         )
+        if timeline:
+            import ray
+
+            # the timed span only: the reports written after it (a chart) are not the job's data work
+            results[-1]["timeline"] = timeline_summary(ray.timeline(), started, started + summary.seconds)
     return results
 
 
@@ -351,9 +412,11 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
                 cpus,
                 args.batch_size,
                 args.job_runs,
+                args.timeline,
             ]
         )
         for run_index, job in enumerate(jobs, 1):
+            timeline = job.pop("timeline", [])
             rate = job["rows"] / job["seconds"]
             efficiency = rate / (base_rate * cpus)
             like_for_like = rate / (paused_rate * cpus)
@@ -370,6 +433,8 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
                 f"{job['workers_peak_total_mb']:>10,.0f} {like_for_like:>13.0%} {job['workers_peak_pss_mb']:>14,.0f}"
             )
             print(f"{'':>9} {'':>13} CPU seconds by process: {job['cpu_s_by_process']}")
+            for line in timeline:
+                print(f"{'':>9} {'':>13} {line}")
     return results
 
 
@@ -414,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="repeat every measurement; each job is compared with its own round's references, and the "
         "medians over rounds are printed (the machine's speed drifts between runs)",
+    )
+    parser.add_argument(
+        "--timeline", action="store_true", help="print each job run's tasks from ray.timeline() and idle gaps"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/twinkle-bench-preprocess"))
