@@ -92,6 +92,10 @@ class ClusterSampler:
         self.peak_total_mb = self.peak_single_mb = self.peak_pss_mb = 0.0
         self.own_cpu_s = 0.0
         self.cpu_by_pid: dict[int, float] = {}
+        # kernel CPU seconds and minor page faults: a first job's extra kernel time is first touch of
+        # memory (object store pages each worker maps, fresh heaps), which these two make visible
+        self.kernel_by_pid: dict[int, float] = {}
+        self.faults_by_pid: dict[int, float] = {}
         self.kind_by_pid: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -100,12 +104,33 @@ class ClusterSampler:
     def cpu_s(self) -> float:
         return sum(self.cpu_by_pid.values())
 
-    def cpu_by_kind(self, since: dict[int, float]) -> dict[str, float]:
+    def snapshot(self) -> dict[str, dict[int, float]]:
+        """The per-process counters now, to subtract later with :meth:`by_kind`."""
+        return {
+            "cpu": dict(self.cpu_by_pid),
+            "kernel": dict(self.kernel_by_pid),
+            "faults": dict(self.faults_by_pid),
+        }
+
+    def by_kind(self, counter: str, since: dict[str, dict[int, float]]) -> dict[str, float]:
+        """How much of ``counter`` ("cpu", "kernel" or "faults") each kind of process used since
+        ``since`` (a :meth:`snapshot`)."""
+        values = {"cpu": self.cpu_by_pid, "kernel": self.kernel_by_pid, "faults": self.faults_by_pid}[counter]
+        before = since[counter]
         totals: dict[str, float] = {}
-        for pid, cpu in self.cpu_by_pid.items():
+        for pid, value in values.items():
             kind = self.kind_by_pid.get(pid, "other")
-            totals[kind] = totals.get(kind, 0.0) + cpu - since.get(pid, 0.0)
+            totals[kind] = totals.get(kind, 0.0) + value - before.get(pid, 0.0)
         return {k: round(v, 2) for k, v in sorted(totals.items())}
+
+    @staticmethod
+    def _minor_faults(pid: int) -> float | None:
+        """Minor page faults of a process so far (Linux ``/proc/<pid>/stat``), or None."""
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return float(stat.read().rsplit(")", 1)[1].split()[7])
+        except (OSError, IndexError, ValueError):
+            return None
 
     def _run(self) -> None:
         me, procs, workers, samples, pss_at = self.psutil.Process(), [], [], 0, 0.0
@@ -121,6 +146,10 @@ class ClusterSampler:
                     with proc.oneshot():
                         times, name = proc.cpu_times(), proc.name()
                         self.cpu_by_pid[proc.pid] = times.user + times.system
+                        self.kernel_by_pid[proc.pid] = times.system
+                        faults = self._minor_faults(proc.pid)
+                        if faults is not None:
+                            self.faults_by_pid[proc.pid] = faults
                         # a worker starts as "python", an actor as ray::IDLE: keep the most specific kind seen
                         kind = _process_kind(name)
                         if KIND_RANK[kind] > KIND_RANK[self.kind_by_pid.get(proc.pid, "other")]:
@@ -277,11 +306,7 @@ def child_job(
     for _ in range(runs):
         with ClusterSampler() as cluster:
             time.sleep(0.5)
-            cluster_start, cluster_start_cpu_s, cpu_start = (
-                dict(cluster.cpu_by_pid),
-                cluster.cpu_s,
-                _own_cpu_s(),
-            )
+            cluster_start, cluster_start_cpu_s, cpu_start = cluster.snapshot(), cluster.cpu_s, _own_cpu_s()
             started = time.time()
             summary = run(cfg)
             driver_cpu_s = _own_cpu_s() - cpu_start - cluster.own_cpu_s  # the sampler is not the driver
@@ -294,9 +319,11 @@ def child_job(
                 "cpu_s": driver_cpu_s + cluster.cpu_s - cluster_start_cpu_s,
                 "cpu_s_by_process": {
                     "driver": round(driver_cpu_s, 2),
-                    **cluster.cpu_by_kind(cluster_start),
+                    **cluster.by_kind("cpu", cluster_start),
                     "bench_sampler": round(cluster.own_cpu_s, 2),
                 },
+                "kernel_cpu_s_by_process": cluster.by_kind("kernel", cluster_start),
+                "minor_faults_by_process": cluster.by_kind("faults", cluster_start),
                 "driver_peak_mb": _peak_rss_mb(),
                 "workers_peak_total_mb": cluster.peak_total_mb,
                 "workers_peak_single_mb": cluster.peak_single_mb,
@@ -433,6 +460,11 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
                 f"{job['workers_peak_total_mb']:>10,.0f} {like_for_like:>13.0%} {job['workers_peak_pss_mb']:>14,.0f}"
             )
             print(f"{'':>9} {'':>13} CPU seconds by process: {job['cpu_s_by_process']}")
+            faults = {kind: f"{n / 1000:,.0f}k" for kind, n in job["minor_faults_by_process"].items()}
+            print(
+                f"{'':>9} {'':>13} of them in the kernel: {job['kernel_cpu_s_by_process']}; "
+                f"minor page faults: {faults}"
+            )
             for line in timeline:
                 print(f"{'':>9} {'':>13} {line}")
     return results

@@ -1,0 +1,32 @@
+"""The preprocess bench's per-process counters (pure logic, no cluster): CPU, kernel CPU and minor
+page faults summed by kind of process since a snapshot."""
+
+from __future__ import annotations
+
+import os
+
+from bench.preprocess_job import ClusterSampler
+
+
+def test_counters_are_summed_by_kind_since_the_snapshot():
+    sampler = ClusterSampler()
+    sampler.kind_by_pid = {1: "workers", 2: "workers", 3: "ray_data_actors"}
+    sampler.cpu_by_pid = {1: 2.0, 2: 3.0, 3: 1.0}
+    sampler.kernel_by_pid = {1: 0.5, 2: 0.25, 3: 0.1}
+    sampler.faults_by_pid = {1: 1000.0, 2: 500.0, 3: 10.0}
+    since = sampler.snapshot()
+    sampler.cpu_by_pid = {1: 4.0, 2: 3.5, 3: 1.0, 4: 0.3}  # pid 4 started after the snapshot
+    sampler.kernel_by_pid = {1: 1.0, 2: 0.5, 3: 0.1, 4: 0.05}
+    sampler.faults_by_pid = {1: 5000.0, 2: 700.0, 3: 10.0, 4: 40.0}
+
+    assert sampler.by_kind("cpu", since) == {"other": 0.3, "ray_data_actors": 0.0, "workers": 2.5}
+    assert sampler.by_kind("kernel", since) == {"other": 0.05, "ray_data_actors": 0.0, "workers": 0.75}
+    assert sampler.by_kind("faults", since) == {"other": 40.0, "ray_data_actors": 0.0, "workers": 4200.0}
+
+
+def test_minor_faults_read_from_proc_and_none_for_a_missing_process():
+    mine = ClusterSampler._minor_faults(os.getpid())
+    assert mine is not None and mine > 0
+    bytearray(32 << 20)  # touching fresh memory faults pages in
+    assert ClusterSampler._minor_faults(os.getpid()) > mine
+    assert ClusterSampler._minor_faults(2**22 + 12345) is None
