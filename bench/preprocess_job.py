@@ -9,7 +9,8 @@ DedupFilter, reading and writing JSONL) and the Ray Data job on an embedded loca
 ``--cpus`` value. It prints one table: rows/s, parallel efficiency = job rows/s / (one-process rows/s
 x CPUs), CPU efficiency = the GC-paused one-process run's CPU seconds / the job's CPU seconds (driver,
 raylet, GCS and workers: the share of the job's CPU work that is the pipeline itself, independent of
-other load on the machine), peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
+other load on the machine; per kind of process, with the kernel's share and the minor page faults),
+peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
 record ``{bench, params, git_sha, results}`` to ``--record`` when given. A ``DedupFilter`` line
 times the one-process dedup alone on all parsed rows (it must stay linear).
 
