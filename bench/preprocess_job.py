@@ -24,6 +24,11 @@ grows: efficiency against it alone flatters the job.
 first start, last end and busy seconds (seconds from the run's start), and the gaps longer than 0.25 s
 in which a worker that runs the job's data tasks sat idle. That is where a run's start-up and tail go.
 
+``--pair`` also runs two one-process references at once, each on the whole corpus, and prints their
+parallel efficiency ("2 at once"): what two CPUs of this machine give work that needs no
+coordination at all, the ceiling for the job on two CPUs (shared caches and memory bandwidth; a
+virtual machine's two CPUs may share a physical core).
+
 ``--job-runs 2`` runs the job twice on each embedded cluster: run #1 pays the per-run start-up (worker
 processes importing Ray Data and the pipeline, Ray Data's own actors), #2 measures a driver that has
 already run one job (a notebook or a service running one preprocess after another). ``--rounds K``
@@ -339,21 +344,34 @@ def child_job(
     return results
 
 
-def _child(args: list[str]) -> dict:
+def _children(*arg_lists: list) -> list[dict]:
+    """Run one child per argument list, all at once, and return their results in order."""
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"child {args[0]} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--child", json.dumps(args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO_ROOT,
         )
-    return json.loads(lines[-1][len("RESULT ") :])
+        for args in arg_lists
+    ]
+    outputs = [proc.communicate() for proc in procs]
+    results = []
+    for args, proc, (stdout, stderr) in zip(arg_lists, procs, outputs, strict=True):
+        lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(
+                f"child {args[0]} failed ({proc.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}"
+            )
+        results.append(json.loads(lines[-1][len("RESULT ") :]))
+    return results
+
+
+def _child(args: list) -> dict:
+    return _children(args)[0]
 
 
 def make_corpus(work: Path, rows: int, seed: int) -> Path:
@@ -390,6 +408,34 @@ def marginal_cpu(results: list[dict]) -> dict:
     return {"lines": lines, "values": values}
 
 
+def measure_pair(args: argparse.Namespace, corpus: Path, n: int, round_index: int, base_rate: float) -> dict:
+    """Two one-process references at once, each on the whole corpus: their parallel efficiency
+    (the one run alone's rows/s x 2 against the pair's) is what two CPUs of this machine give
+    work with no coordination at all. Two processes at once share caches and memory bandwidth,
+    and a virtual machine's two CPUs may share a physical core; no job on two CPUs can beat it."""
+    outputs = [str(args.work / f"out-pair-{n}-{side}") for side in "ab"]
+    pair = _children(*(["baseline", str(corpus), args.config, out, False] for out in outputs))
+    seconds = statistics.mean(p["seconds"] for p in pair)
+    rate = 2 * pair[0]["rows"] / seconds
+    efficiency = rate / (2 * base_rate)
+    each = ", ".join(f"{p['seconds']:.1f} s" for p in pair)
+    print(
+        f"{pair[0]['rows']:>9,} {'2 at once':>13} {seconds:>8.1f} {rate:>8,.0f} {efficiency:>10.0%} "
+        f"{sum(p['cpu_s'] for p in pair):>7.1f}   (each: {each})"
+    )
+    return {
+        "rows": pair[0]["rows"],
+        "run": "one-process x2 at once",
+        "cpus": 2,
+        "round": round_index,
+        "seconds": seconds,
+        "pair_seconds": [p["seconds"] for p in pair],
+        "cpu_s": sum(p["cpu_s"] for p in pair),
+        "rows_per_s": rate,
+        "efficiency": efficiency,
+    }
+
+
 def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dict]:
     """One round at one corpus size: the two one-process references, DedupFilter alone, then the
     job with each ``--cpus``; every job's efficiency is against this round's references."""
@@ -417,6 +463,8 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
             f"{base['cpu_s']:>7.1f} {'':>10} {base['driver_peak_mb']:>9,.0f}"
         )
     base_rate, paused_rate = rates[False], rates[True]
+    if args.pair:
+        results.append(measure_pair(args, corpus, n, round_index, base_rate))
     dedup = _child(["dedup", str(corpus)])
     results.append(
         {
@@ -489,6 +537,17 @@ def median_efficiencies(results: list[dict]) -> list[str]:
             f"{statistics.median(effs):.0%} (range {effs[0]:.0%}-{effs[-1]:.0%}), like-for-like median "
             f"{statistics.median(like):.0%} ({like[0]:.0%}-{like[-1]:.0%})"
         )
+    pairs: dict[int, list[float]] = {}
+    for r in results:
+        if r["run"] == "one-process x2 at once":
+            pairs.setdefault(r["rows"], []).append(r["efficiency"])
+    for rows, effs in sorted(pairs.items()):
+        if len(effs) >= 2:
+            effs.sort()
+            lines.append(
+                f"# {rows:,} rows, two one-process runs at once, {len(effs)} rounds: efficiency median "
+                f"{statistics.median(effs):.0%} (range {effs[0]:.0%}-{effs[-1]:.0%})"
+            )
     return lines
 
 
@@ -515,6 +574,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--timeline", action="store_true", help="print each job run's tasks from ray.timeline() and idle gaps"
+    )
+    parser.add_argument(
+        "--pair",
+        action="store_true",
+        help="also run two one-process references at once: the parallel efficiency this machine's CPUs "
+        "give work with no coordination (the ceiling for any job on two CPUs)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/twinkle-bench-preprocess"))
@@ -558,6 +623,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "job_runs": args.job_runs,
             "rounds": args.rounds,
+            "pair": args.pair,
         },
         "git_sha": git_sha(),
         "results": results,
