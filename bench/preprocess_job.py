@@ -395,7 +395,9 @@ def marginal_cpu(results: list[dict]) -> dict:
     for key, rs in runs.items():
         rs = sorted(rs, key=lambda r: r["rows"])
         if len(rs) >= 2 and "cpu_s" in rs[0] and rs[-1]["rows"] > rs[0]["rows"]:
-            per_row = (rs[-1]["cpu_s"] - rs[0]["cpu_s"]) / (rs[-1]["rows"] - rs[0]["rows"])
+            # a pair of one-process runs processed every row twice: its CPU is per row processed
+            copies = rs[0].get("copies", 1)
+            per_row = (rs[-1]["cpu_s"] - rs[0]["cpu_s"]) / ((rs[-1]["rows"] - rs[0]["rows"]) * copies)
             values[f"{key[0]} {key[1]} CPU" + (f" #{key[2]}" if key[2] > 1 else "")] = per_row
     base = values.get("one-process 1 CPU")
     for name, per_row in values.items():
@@ -430,6 +432,7 @@ def measure_pair(args: argparse.Namespace, corpus: Path, n: int, round_index: in
         "round": round_index,
         "seconds": seconds,
         "pair_seconds": [p["seconds"] for p in pair],
+        "copies": 2,  # each of the two runs processed every row
         "cpu_s": sum(p["cpu_s"] for p in pair),
         "rows_per_s": rate,
         "efficiency": efficiency,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.preprocess_job import measure_pair, median_efficiencies
+from bench.preprocess_job import marginal_cpu, measure_pair, median_efficiencies
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "chats.jsonl"
 
@@ -36,3 +36,15 @@ def test_pair_medians_are_reported_per_corpus_size_over_rounds():
     assert lines == [
         "# 1,000 rows, two one-process runs at once, 3 rounds: efficiency median 80% (range 70%-90%)"
     ]
+
+
+def test_the_pairs_marginal_cpu_is_per_row_processed():
+    results = [
+        {"run": "one-process", "cpus": 1, "rows": 1_000, "cpu_s": 1.0},
+        {"run": "one-process", "cpus": 1, "rows": 2_000, "cpu_s": 2.0},
+        {"run": "one-process x2 at once", "cpus": 2, "rows": 1_000, "cpu_s": 2.5, "copies": 2},
+        {"run": "one-process x2 at once", "cpus": 2, "rows": 2_000, "cpu_s": 5.0, "copies": 2},
+    ]
+    values = marginal_cpu(results)["values"]
+    assert values["one-process 1 CPU"] == pytest.approx(1e-3)
+    assert values["one-process x2 at once 2 CPU"] == pytest.approx(1.25e-3)  # 25 % more CPU per row at once
