@@ -422,10 +422,11 @@ def measure_pair(args: argparse.Namespace, corpus: Path, n: int, round_index: in
     seconds = statistics.mean(p["seconds"] for p in pair)
     rate = 2 * pair[0]["rows"] / seconds
     efficiency = rate / (2 * base_rate)
+    cpu_s = sum(p["cpu_s"] for p in pair)
     each = ", ".join(f"{p['seconds']:.1f} s" for p in pair)
     print(
         f"{pair[0]['rows']:>9,} {'2 at once':>13} {seconds:>8.1f} {rate:>8,.0f} {efficiency:>10.0%} "
-        f"{sum(p['cpu_s'] for p in pair):>7.1f}   (each: {each})"
+        f"{cpu_s:>7.1f}   (each: {each})"
     )
     return {
         "rows": pair[0]["rows"],
@@ -435,7 +436,7 @@ def measure_pair(args: argparse.Namespace, corpus: Path, n: int, round_index: in
         "seconds": seconds,
         "pair_seconds": [p["seconds"] for p in pair],
         "copies": 2,  # each of the two runs processed every row
-        "cpu_s": sum(p["cpu_s"] for p in pair),
+        "cpu_s": cpu_s,
         "rows_per_s": rate,
         "efficiency": efficiency,
     }
