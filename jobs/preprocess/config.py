@@ -49,7 +49,10 @@ class PreprocessConfig:
     batch_size: int = field(default=1024, metadata=_opt("rows per map_batches call (and per read block)"))
     dedup_partitions: int | None = field(
         default=None,
-        metadata=_opt("hash partitions of the dedup exchange (default: 2 x cluster CPUs, at most 64)"),
+        metadata=_opt(
+            "hash partitions of the dedup exchange (default: 2 x cluster CPUs, at most 64, or one per "
+            "512 MiB of input when that is more, rounded up to a multiple of the CPUs)"
+        ),
     )
     read_concurrency: int | None = field(
         default=None,

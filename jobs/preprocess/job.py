@@ -34,7 +34,13 @@ from .steps import ConfigError, Stage, build_step, plan_stages, unique_names
 
 logger = logging.getLogger(__name__)
 
-MAX_DEFAULT_PARTITIONS = 64
+# Default dedup partitions: two per CPU (at most MAX_CPU_PARTITIONS), or more when the input is large,
+# so that no partition holds much more than PARTITION_TARGET_BYTES of frames. A partition is merged
+# by one reduce task (about twice its size in memory while it sorts) and marked whole by
+# mark_duplicates; with partitions tied to CPUs only, a 20 GB corpus on a 2-CPU node made four 5 GB
+# partitions.
+MAX_CPU_PARTITIONS = 64
+PARTITION_TARGET_BYTES = 512 << 20
 # Input blocks from which the dedup exchange uses Ray's push-based shuffle (Ray's own guidance).
 PUSH_BASED_MIN_BLOCKS = 1000
 # Whole-file read tasks per CPU. Each read task's output reaches the dedup exchange as one block per
@@ -87,6 +93,17 @@ def needs_split(sources: list[Source], cpus: int) -> bool:
 def read_tasks(sources: list[Source], cpus: int) -> int:
     """Read tasks when each reads whole files: one per file, at most READ_TASKS_PER_CPU per CPU."""
     return max(1, min(len(sources), READ_TASKS_PER_CPU * cpus))
+
+
+def default_partitions(cpus: int, input_bytes: int) -> int:
+    """Partitions of the dedup exchange when the config sets none: ``2 x cpus`` (at most
+    MAX_CPU_PARTITIONS), or one per PARTITION_TARGET_BYTES of input when that is more, rounded up to
+    a multiple of ``cpus`` so that the last round of reduce tasks keeps every CPU busy."""
+    by_cpus = min(MAX_CPU_PARTITIONS, 2 * cpus)
+    by_size = -(-input_bytes // PARTITION_TARGET_BYTES)
+    if by_size <= by_cpus:
+        return by_cpus
+    return -(-by_size // cpus) * cpus
 
 
 def partition_bounds(partitions: int) -> list[int]:
@@ -274,6 +291,7 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     """Run the job and write every output; raises ConfigError/InputError or InvariantError."""
     import ray.data
 
+    from .read import estimated_total
     from .sink import PreprocessDatasink
 
     cfg.validate()
@@ -283,7 +301,7 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = cfg.progress
     cpus = cluster_cpus()
-    partitions = cfg.dedup_partitions or min(MAX_DEFAULT_PARTITIONS, 2 * cpus)
+    partitions = cfg.dedup_partitions or default_partitions(cpus, estimated_total(sources))
     split = needs_split(sources, cpus)
     for stage in stages:
         logger.info("stage %s", stage.describe(names))

@@ -9,10 +9,12 @@ import pytest
 from jobs.preprocess.config import build_parser, resolve_config
 from jobs.preprocess.frame import PART_SPACE
 from jobs.preprocess.job import (
+    PARTITION_TARGET_BYTES,
     PUSH_BASED_MIN_BLOCKS,
     InvariantError,
     check_invariants,
     collect_stats,
+    default_partitions,
     exchange_strategy,
     input_blocks,
     needs_split,
@@ -120,6 +122,28 @@ def test_row_accounting_accepts_a_consistent_run_and_rejects_lost_rows():
 def test_records_are_re_blocked_only_when_files_alone_would_idle_cpus(sizes, cpus, split):
     sources = [Source(i, f"f{i}.jsonl", "jsonl", size) for i, size in enumerate(sizes)]
     assert needs_split(sources, cpus) is split
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    "cpus, input_bytes, partitions",
+    [
+        (2, 228 << 20, 4),  # the bench's 200k rows: two per CPU
+        (2, int(1.2 * GIB), 4),  # its 1M rows: three by size, still under two per CPU
+        (2, 20 * GIB, 40),  # a large corpus on a small node: by size, not four 5 GB partitions
+        (3, 20 * GIB, 42),  # 40 by size, rounded up to a multiple of the CPUs
+        (100, GIB, 64),  # a big cluster, small input: at most 64 by CPUs
+        (100, 200 * GIB, 400),
+        (1, 0, 2),
+    ],
+)
+def test_default_dedup_partitions_follow_cpus_and_input_size(cpus, input_bytes, partitions):
+    assert default_partitions(cpus, input_bytes) == partitions
+    by_size = -(-input_bytes // PARTITION_TARGET_BYTES)
+    if by_size > 2 * cpus:  # sized by the input: none above the target, whole rounds of CPUs
+        assert input_bytes / partitions <= PARTITION_TARGET_BYTES and partitions % cpus == 0
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 3, 4, 7, 64])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from importlib import resources
 from pathlib import Path
@@ -15,7 +16,7 @@ from job_data import read_outputs, reference_outputs
 from jobs.preprocess import main
 from jobs.preprocess.config import PreprocessConfig, build_parser, resolve_config
 from jobs.preprocess.inprocess import run_in_process
-from jobs.preprocess.job import plan, prepare_output
+from jobs.preprocess.job import default_partitions, plan, prepare_output
 from jobs.preprocess.sources import expand_inputs, iter_records, parse_record
 from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps
 
@@ -101,7 +102,7 @@ PIPELINES = {
 @pytest.mark.parametrize(
     "pipeline, batch_size, partitions, output_format, split_records, uris",
     [
-        ("bundled-default", 200, 2, "jsonl", None, False),
+        ("bundled-default", 200, None, "jsonl", None, False),  # partitions by the input's size
         ("dedup-first", 64, 1, "jsonl", False, False),
         ("dedup-last", 256, 3, "parquet", True, True),
         ("two-dedups-and-actor", 1000, 7, "jsonl", None, False),
@@ -113,6 +114,7 @@ def test_job_equals_one_process_run(
     parquet_input,
     tmp_path,
     capsys,
+    caplog,
     monkeypatch,
     pipeline,
     batch_size,
@@ -126,7 +128,8 @@ def test_job_equals_one_process_run(
     ``split_records`` forces re-blocking the read output on or off (None: the job decides). ``uris``
     names inputs and output as ``local://`` URIs: pyarrow resolves them like any remote file system
     (s3://, gs://, hdfs://), so the URI path of reading, globbing, writing and the ledger's sources
-    runs on every worker."""
+    runs on every worker. ``partitions`` None leaves them to the job, with a partition size target
+    small enough that the input's size, not the CPUs, sets their number."""
     if split_records is not None:
         monkeypatch.setattr("jobs.preprocess.job.needs_split", lambda sources, cpus: split_records)
     markers = tmp_path / "markers"
@@ -137,7 +140,14 @@ def test_job_equals_one_process_run(
     )
     output = scheme + str(tmp_path / "out")
     argv = ["--input", *inputs, "--output", output, "--batch-size", str(batch_size)]
-    argv += ["--dedup-partitions", str(partitions), "--output-format", output_format, "--no-progress"]
+    argv += ["--output-format", output_format, "--no-progress"]
+    if partitions is not None:
+        argv += ["--dedup-partitions", str(partitions)]
+    else:
+        from jobs.preprocess.read import estimated_total
+
+        input_bytes = estimated_total(expand_inputs(inputs))
+        monkeypatch.setattr("jobs.preprocess.job.PARTITION_TARGET_BYTES", input_bytes // 13)
     if pipeline == "dedup-first":
         argv += ["--read-concurrency", "1"]  # fewer reads at once than CPUs: same output
     if pipeline != "bundled-default":
@@ -158,7 +168,13 @@ def test_job_equals_one_process_run(
             ray.data.DataContext.get_current(), "shuffle_strategy", ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED
         )
     strategy_before = ray.data.DataContext.get_current().shuffle_strategy
-    assert main(argv) == 0
+    with caplog.at_level(logging.INFO, logger="jobs.preprocess.job"):
+        assert main(argv) == 0
+    if partitions is None:
+        cpus = int(ray.cluster_resources()["CPU"])
+        expected = default_partitions(cpus, input_bytes)
+        assert expected > 2 * cpus and expected % cpus == 0
+        assert f"dedup exchange partitions: {expected}" in caplog.text
 
     # the job chose its exchange's shuffle strategy on its own copy of the Ray Data context
     assert ray.data.DataContext.get_current().shuffle_strategy == strategy_before
