@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from .sources import FORMATS
+from .sources import FORMATS, UNREADABLE_FAIL, UNREADABLE_MODES
 from .steps import ConfigError, StepSpec, parse_steps, positive_int
 
 DEFAULT_PIPELINE = "default_pipeline.yaml"
@@ -45,6 +45,15 @@ class PreprocessConfig:
     output_format: str = field(
         default="jsonl",
         metadata=_opt("format of the kept rows (the drop ledger is always JSONL)", choices=OUTPUT_FORMATS),
+    )
+    unreadable_files: str = field(
+        default=UNREADABLE_FAIL,
+        metadata=_opt(
+            "a file that cannot be read to its end (truncated or corrupt compressed data, a damaged "
+            "Parquet file, an I/O error): 'fail' stops the run naming it; 'drop' keeps the records "
+            "before the break and records the rest as one unreadable_file drop",
+            choices=UNREADABLE_MODES,
+        ),
     )
     batch_size: int = field(default=1024, metadata=_opt("rows per map_batches call (and per read block)"))
     dedup_partitions: int | None = field(
@@ -91,6 +100,10 @@ class PreprocessConfig:
                 positive_int(getattr(self, name), name)
         if self.output_format not in OUTPUT_FORMATS:
             raise ConfigError(f"output_format must be one of {OUTPUT_FORMATS}, got {self.output_format!r}")
+        if self.unreadable_files not in UNREADABLE_MODES:
+            raise ConfigError(
+                f"unreadable_files must be one of {UNREADABLE_MODES}, got {self.unreadable_files!r}"
+            )
         if self.input_format is not None and self.input_format not in FORMATS:
             raise ConfigError(f"input_format must be one of {FORMATS}, got {self.input_format!r}")
         return self

@@ -44,8 +44,9 @@ DKEY, DLEN, DPART = "_dkey", "_dlen", "_dpart"
 PART_SPACE = 1 << 32
 # Knuth's multiplicative hash: spreads consecutive line numbers over the whole partition range.
 _SPREAD = 2654435761
-# Read output: the raw bytes of each record before parsing.
-RAW = "_raw"
+# Read output: the raw bytes of each record before parsing, and why the rest of a file could not be
+# read (null for every real record; see ``sources.read_source``).
+RAW, READ_ERROR = "_raw", "_error"
 
 LIVE, DROPPED, STATS = 0, 1, 2
 READ_STEP = "read"
@@ -81,7 +82,12 @@ def read_schema() -> Any:
     import pyarrow as pa
 
     return pa.schema(
-        [pa.field(SRC, pa.int32()), pa.field(LINE, pa.int64()), pa.field(RAW, pa.large_binary())]
+        [
+            pa.field(SRC, pa.int32()),
+            pa.field(LINE, pa.int64()),
+            pa.field(RAW, pa.large_binary()),
+            pa.field(READ_ERROR, pa.string()),
+        ]
     )
 
 

@@ -17,7 +17,7 @@ from twinkle_agentic.preprocessor.dropped_log import REASON_KEY, UNKNOWN_REASON
 from twinkle_agentic.preprocessor.quality import QualityPreprocessor
 
 from .frame import READ_STEP
-from .sources import expand_inputs, iter_records, parse_record
+from .sources import UNREADABLE_FAIL, expand_inputs, parse_read, read_source
 from .steps import is_global, unique_names
 
 
@@ -30,15 +30,17 @@ class InProcessRun:
     seconds: float = 0.0
 
 
-def read_rows(inputs: list[str], input_format: str | None = None) -> tuple[list[dict], list, int]:
+def read_rows(
+    inputs: list[str], input_format: str | None = None, unreadable: str = UNREADABLE_FAIL
+) -> tuple[list[dict], list, int]:
     """(rows in input order, read drops as (step, reason, value), records read)."""
     rows: list[dict] = []
     dropped: list[tuple[str, str, Any]] = []
     n = 0
     for source in expand_inputs(inputs, input_format):
-        for _, raw in iter_records(source):
+        for _, raw, error in read_source(source, unreadable):
             n += 1
-            row, reason, value = parse_record(raw)
+            row, reason, value = parse_read(raw, error)
             if row is None:
                 dropped.append((READ_STEP, reason, value))
             else:
@@ -85,8 +87,10 @@ def run_steps(rows: list[dict], steps: list[Any]) -> tuple[list[dict], list[tupl
     return flush(rows), dropped
 
 
-def run_in_process(inputs: list[str], steps: list[Any], input_format: str | None = None) -> InProcessRun:
+def run_in_process(
+    inputs: list[str], steps: list[Any], input_format: str | None = None, unreadable: str = UNREADABLE_FAIL
+) -> InProcessRun:
     start = time.perf_counter()
-    rows, dropped, n = read_rows(inputs, input_format)
+    rows, dropped, n = read_rows(inputs, input_format, unreadable)
     kept, step_dropped = run_steps(rows, steps)
     return InProcessRun(kept, dropped + step_dropped, n, time.perf_counter() - start)

@@ -169,11 +169,14 @@ def build(
     from .read import RecordDatasource
 
     first_batch = stages[0].batch_size or cfg.batch_size
+    unreadable = cfg.unreadable_files
     if split_records:
-        ds = ray.data.read_datasource(RecordDatasource(sources, first_batch))
+        ds = ray.data.read_datasource(RecordDatasource(sources, first_batch, unreadable=unreadable))
         ds = ds.repartition(target_num_rows_per_block=first_batch)
     else:
-        fused = RecordDatasource(sources, first_batch, transform=stage_adapter(stages[0], steps, names))
+        fused = RecordDatasource(
+            sources, first_batch, transform=stage_adapter(stages[0], steps, names), unreadable=unreadable
+        )
         readers = cfg.read_concurrency or cpus
         ds = ray.data.read_datasource(
             fused,

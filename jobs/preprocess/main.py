@@ -8,7 +8,7 @@ import time
 import traceback
 
 from .config import build_parser, resolve_config
-from .sources import InputError
+from .sources import InputError, UnreadableInputError
 from .steps import ConfigError
 
 PROG = "twinkle-agentic preprocess"
@@ -29,6 +29,12 @@ def dry_run(cfg) -> None:
     print("# stages:")
     for i, stage in enumerate(stages, 1):
         print(f"#   {i}. {stage.describe(names)}")
+
+
+def raised_in_worker(exc: Exception) -> Exception:
+    """The error as a Ray task raised it (Ray wraps it, and its text, in a RayTaskError)."""
+    original = getattr(exc, "cause", None)
+    return original if isinstance(original, (ConfigError, InputError)) else exc
 
 
 def _log_to_stderr() -> None:
@@ -56,8 +62,14 @@ def main(argv: list[str] | None = None) -> int:
 
         summary = run(cfg)
     except (ConfigError, InputError) as exc:
+        exc = raised_in_worker(exc)
         print(f"{PROG}: {exc}", file=sys.stderr)
-        print(f"preprocess: not started ({type(exc).__name__}); output: {output}")
+        if isinstance(exc, UnreadableInputError):  # found by a read task, while the run was going
+            print(
+                f"preprocess: stopped on an unreadable input after {time.perf_counter() - start:.1f} s; output: {output}"
+            )
+        else:
+            print(f"preprocess: not started ({type(exc).__name__}); output: {output}")
         return 2
     except Exception as exc:  # a run failure: report it, keep the exit code contract
         traceback.print_exc()

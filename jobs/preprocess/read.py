@@ -3,6 +3,8 @@
 ``ray.data.read_json`` parses whole files with pyarrow: one bad line fails the file (and the job).
 Here a read task only splits files into records (``_src``, ``_line``, ``_raw`` bytes) and the first
 map stage parses them, so a bad line becomes a ``malformed_json`` drop with its file and line number.
+A file that breaks off part-way (``_error`` set on the one record standing for its rest, in ``drop``
+mode) becomes an ``unreadable_file`` drop the same way.
 Files are assigned to read tasks in contiguous runs of similar total size; each task streams its
 files in blocks of ``block_rows`` records.
 
@@ -22,7 +24,7 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from .frame import read_schema
-from .sources import Source, iter_records
+from .sources import UNREADABLE_FAIL, Source, read_source
 
 # Assumed in-memory size of a file whose size is unknown, and expansion of compressed files.
 _UNKNOWN_SIZE = 64 << 20
@@ -40,8 +42,9 @@ def estimated_total(sources: list[Source]) -> int:
     return sum(estimated_size(s) for s in sources)
 
 
-def read_blocks(sources: list[Source], block_rows: int) -> Iterator[Any]:
-    """Blocks of raw records of ``sources``, in order, ``block_rows`` records at most per block."""
+def read_blocks(sources: list[Source], block_rows: int, unreadable: str = UNREADABLE_FAIL) -> Iterator[Any]:
+    """Blocks of raw records of ``sources``, in order, ``block_rows`` records at most per block
+    (``unreadable``: what a file that breaks off becomes, see :func:`.sources.read_source`)."""
     import pyarrow as pa
 
     schema = read_schema()
@@ -49,15 +52,17 @@ def read_blocks(sources: list[Source], block_rows: int) -> Iterator[Any]:
         srcs: list[int] = []
         lines: list[int] = []
         raws: list[bytes] = []
-        for line, raw in iter_records(source):
+        errors: list[str | None] = []
+        for line, raw, error in read_source(source, unreadable):
             srcs.append(source.index)
             lines.append(line)
             raws.append(raw)
+            errors.append(error)
             if len(raws) >= block_rows:
-                yield pa.table([srcs, lines, raws], schema=schema)
-                srcs, lines, raws = [], [], []
+                yield pa.table([srcs, lines, raws, errors], schema=schema)
+                srcs, lines, raws, errors = [], [], [], []
         if raws:
-            yield pa.table([srcs, lines, raws], schema=schema)
+            yield pa.table([srcs, lines, raws, errors], schema=schema)
 
 
 def transformed(blocks: Iterator[Any], transform: Callable[[Any], Any] | None) -> Iterator[Any]:
@@ -88,11 +93,18 @@ def split_sources(sources: list[Source], parallelism: int) -> list[list[Source]]
 class RecordDatasource(Datasource):
     """Raw records of JSONL (plain or compressed) and Parquet files with (source, line) ids."""
 
-    def __init__(self, sources: list[Source], block_rows: int, transform: Callable[[Any], Any] | None = None):
+    def __init__(
+        self,
+        sources: list[Source],
+        block_rows: int,
+        transform: Callable[[Any], Any] | None = None,
+        unreadable: str = UNREADABLE_FAIL,
+    ):
         super().__init__()
         self.sources = list(sources)
         self.block_rows = block_rows
         self.transform = transform
+        self.unreadable = unreadable
 
     def get_name(self) -> str:
         return "ReadRecords" if self.transform is None else "ReadRecordsAndFilter"
@@ -107,7 +119,7 @@ class RecordDatasource(Datasource):
         self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
     ) -> list[ReadTask]:
         tasks = []
-        block_rows, transform = self.block_rows, self.transform
+        block_rows, transform, unreadable = self.block_rows, self.transform, self.unreadable
         for group in split_sources(self.sources, parallelism if parallelism > 0 else len(self.sources)):
             metadata = BlockMetadata(
                 num_rows=None,
@@ -117,7 +129,7 @@ class RecordDatasource(Datasource):
             )
             tasks.append(
                 ReadTask(
-                    lambda group=group: transformed(read_blocks(group, block_rows), transform),
+                    lambda group=group: transformed(read_blocks(group, block_rows, unreadable), transform),
                     metadata,
                     schema=self._schema(),
                     per_task_row_limit=per_task_row_limit,

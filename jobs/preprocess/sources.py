@@ -22,6 +22,10 @@ from typing import Any
 
 MALFORMED_JSON = "malformed_json"
 INVALID_ROW = "invalid_row"
+UNREADABLE_FILE = "unreadable_file"
+# What a run does with a file that cannot be read to its end: stop, or drop its unreadable rest.
+UNREADABLE_FAIL, UNREADABLE_DROP = "fail", "drop"
+UNREADABLE_MODES = (UNREADABLE_FAIL, UNREADABLE_DROP)
 
 JSONL = "jsonl"
 PARQUET = "parquet"
@@ -30,7 +34,11 @@ FORMATS = (JSONL, PARQUET)
 _EXTENSIONS = {".jsonl": JSONL, ".json": JSONL, ".ndjson": JSONL, ".parquet": PARQUET, ".pq": PARQUET}
 _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".zst", ".lz4", ".br")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-_CHUNK_BYTES = 8 << 20
+# Files are fetched in 8 MiB requests (one per request on object stores) and split into lines
+# 256 KiB of decoded text at a time: small pieces stay in the CPU's cache, and a compressed file that
+# breaks off loses at most one piece of what could still be decoded before the break.
+_BUFFER_BYTES = 8 << 20
+_PIECE_BYTES = 256 << 10
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 # Row ids pack into one int64 for cheap sorting: source index in the high bits, line in the low 40.
@@ -41,6 +49,21 @@ MAX_SOURCES = 1 << 22
 
 class InputError(ValueError):
     """An input path or file cannot be used; the message names it and says why."""
+
+
+class UnreadableInputError(InputError):
+    """A file could not be read to its end: truncated or corrupt compressed data, a damaged Parquet
+    file, or an I/O error. Every record before ``line`` was read; ``line`` and the rest were not."""
+
+    def __init__(self, uri: str, line: int, why: str):
+        self.uri, self.line, self.why = uri, line, why
+        super().__init__(
+            f"{uri}: unreadable from record {line} on ({why}); repair or remove the file, or pass "
+            "--unreadable-files drop to record its unreadable rest in the drop ledger and go on"
+        )
+
+    def __reduce__(self) -> tuple:  # Ray ships it from the worker to the driver
+        return type(self), (self.uri, self.line, self.why)
 
 
 @dataclass(frozen=True)
@@ -197,7 +220,7 @@ def expand_inputs(specs: list[str], input_format: str | None = None) -> list[Sou
 
 def _open_stream(uri: str) -> Any:
     filesystem, path, _ = _filesystem(uri)
-    return filesystem.open_input_stream(path, compression="detect")
+    return filesystem.open_input_stream(path, compression="detect", buffer_size=_BUFFER_BYTES)
 
 
 def iter_lines(uri: str) -> Iterator[tuple[int, bytes]]:
@@ -208,7 +231,7 @@ def iter_lines(uri: str) -> Iterator[tuple[int, bytes]]:
     with _open_stream(uri) as stream:
         first = True
         while True:
-            chunk = stream.read(_CHUNK_BYTES)
+            chunk = stream.read(_PIECE_BYTES)
             if not chunk:
                 break
             if first:
@@ -274,10 +297,36 @@ def iter_parquet_rows(uri: str, batch_rows: int = 4096) -> Iterator[tuple[int, b
 
 
 def iter_records(source: Source) -> Iterator[tuple[int, bytes]]:
-    """(row number, raw JSON bytes) of every record of a source, in file order."""
-    if source.format == PARQUET:
-        return iter_parquet_rows(source.uri)
-    return iter_lines(source.uri)
+    """(row number, raw JSON bytes) of every record of a source, in file order; raises
+    :class:`UnreadableInputError` after the last readable record when the file breaks off."""
+    from pyarrow.lib import ArrowException
+
+    records = iter_parquet_rows(source.uri) if source.format == PARQUET else iter_lines(source.uri)
+    last = 0
+    try:
+        for last, raw in records:  # ``last``: the last record read, should the file break off
+            yield last, raw
+    except (OSError, ArrowException) as exc:
+        raise UnreadableInputError(source.uri, last + 1, f"{type(exc).__name__}: {exc}") from exc
+
+
+def read_source(source: Source, unreadable: str = UNREADABLE_FAIL) -> Iterator[tuple[int, bytes, str | None]]:
+    """(row number, raw bytes, None) per record of a source. A file that breaks off raises in
+    ``fail`` mode; in ``drop`` mode it ends with one ``(line, b"", why)`` record standing for its
+    unreadable rest, which becomes an ``unreadable_file`` drop of step ``read``."""
+    try:
+        for line, raw in iter_records(source):
+            yield line, raw, None
+    except UnreadableInputError as exc:
+        if unreadable != UNREADABLE_DROP:
+            raise
+        yield exc.line, b"", f"unreadable from record {exc.line} on: {exc.why}"
+
+
+def parse_read(raw: bytes, error: str | None) -> tuple[dict | None, str | None, Any]:
+    """What a record of :func:`read_source` becomes: :func:`parse_record` of it, or for the record
+    standing for a file's unreadable rest, an ``unreadable_file`` drop holding why."""
+    return parse_record(raw) if error is None else (None, UNREADABLE_FILE, error)
 
 
 def parse_record(raw: bytes | str) -> tuple[dict | None, str | None, Any]:

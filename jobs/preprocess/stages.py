@@ -26,6 +26,7 @@ from .frame import (
     LINE,
     LIVE,
     RAW,
+    READ_ERROR,
     READ_STEP,
     REASON,
     ROW,
@@ -35,7 +36,7 @@ from .frame import (
     frame_schema,
     passthrough,
 )
-from .sources import LINE_BITS, MAX_LINE, dumps, parse_record, row_order
+from .sources import LINE_BITS, MAX_LINE, dumps, parse_read, row_order
 
 # Each live row carries its id under this key while steps run, so kept and dropped rows can be
 # traced back to (source, line) whatever a step returns. It is removed before a row is written.
@@ -118,8 +119,9 @@ class StageAdapter:
         reasons: Counter = Counter()
         srcs = table.column(SRC).to_pylist()
         lines = table.column(LINE).to_pylist()
-        for src, line, raw in zip(srcs, lines, table.column(RAW).to_pylist(), strict=True):
-            row, reason, value = parse_record(raw)
+        raws, errors = table.column(RAW).to_pylist(), table.column(READ_ERROR).to_pylist()
+        for src, line, raw, error in zip(srcs, lines, raws, errors, strict=True):
+            row, reason, value = parse_read(raw, error)
             if row is None:
                 reasons[reason] += 1
                 out.add(src, line, DROPPED, READ_STEP, reason, dumps(value))

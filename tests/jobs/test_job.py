@@ -17,18 +17,19 @@ from jobs.preprocess import main
 from jobs.preprocess.config import PreprocessConfig, build_parser, resolve_config
 from jobs.preprocess.inprocess import run_in_process
 from jobs.preprocess.job import default_partitions, plan, prepare_output
-from jobs.preprocess.sources import expand_inputs, iter_records, parse_record
+from jobs.preprocess.sources import UNREADABLE_DROP, expand_inputs, parse_read, read_source
 from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps
 
 pytestmark = pytest.mark.integration
 
 
 def input_records(inputs: list[str]) -> dict[tuple[str, int], tuple[dict | None, str | None, object]]:
-    """(source, line) -> parse_record of that record, straight from the input files."""
+    """(source, line) -> what the record there parses to, straight from the input files (the
+    unreadable rest of a broken file included, as one record)."""
     return {
-        (source.uri, line): parse_record(raw)
+        (source.uri, line): parse_read(raw, error)
         for source in expand_inputs(inputs)
-        for line, raw in iter_records(source)
+        for line, raw, error in read_source(source, UNREADABLE_DROP)
     }
 
 
@@ -44,7 +45,7 @@ def local_path(uri: str) -> Path:
 def check_run_against_reference(cfg: PreprocessConfig, summary_line: str) -> dict:
     out = read_outputs(local_path(cfg.output))
     _, steps, _, _ = plan(cfg)
-    reference = reference_outputs(run_in_process(cfg.inputs, steps))
+    reference = reference_outputs(run_in_process(cfg.inputs, steps, unreadable=cfg.unreadable_files))
     assert out["kept"] == reference["kept"]
     assert out["dropped"] == reference["dropped"]
     stats = out["stats"]
@@ -209,6 +210,54 @@ def test_job_equals_one_process_run(
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| read |" in report and "drop_reasons.png" in report
     assert (tmp_path / "out" / "drop_reasons.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("split_records", [False, True])
+def test_unreadable_files_stop_the_run_naming_them_or_become_drops(
+    ray_local, chat_inputs, tmp_path, capsys, monkeypatch, split_records
+):
+    """A truncated gzip file and a damaged Parquet file among good inputs: by default the run stops
+    and names one of them; with ``--unreadable-files drop`` it keeps every record before each break,
+    records the rest as one ``unreadable_file`` drop per file, and equals the one-process run. Both
+    with the read fused with the first stage and with the records re-blocked first."""
+    import gzip
+
+    monkeypatch.setattr("jobs.preprocess.job.needs_split", lambda sources, cpus: split_records)
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    rows = b"".join(
+        json.dumps(
+            {"id": 500_000 + i, "messages": [{"role": "user", "content": f"question {i} " * 9}]}
+        ).encode()
+        + b"\n"
+        for i in range(3000)
+    )
+    whole = gzip.compress(rows)
+    (broken / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    (broken / "cut.parquet").write_bytes(b"PAR1" + b"\0" * 64)
+    argv = ["--input", str(chat_inputs / "*.jsonl*"), str(broken), "--no-progress", "--dedup-partitions", "3"]
+
+    assert main([*argv, "--output", str(tmp_path / "stopped")]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.out.strip().splitlines()[-1].startswith("preprocess: stopped on an unreadable input after ")
+    )
+    message = captured.err.strip().splitlines()[-1]
+    assert str(broken / "cut.") in message and "--unreadable-files drop" in message
+
+    argv += ["--output", str(tmp_path / "out"), "--unreadable-files", "drop"]
+    assert main(argv) == 0
+    cfg = resolve_config(build_parser().parse_args(argv))
+    out = check_run_against_reference(cfg, capsys.readouterr().out.strip().splitlines()[-1])
+    unreadable = {(e["source"], e["line"]) for e in out["ledger"] if e["reason"] == "unreadable_file"}
+    cut_line = next(line for source, line in unreadable if source.endswith("cut.jsonl.gz"))
+    assert unreadable == {(str(broken / "cut.jsonl.gz"), cut_line), (str(broken / "cut.parquet"), 1)}
+    read_ids = {entry["row"]["id"] for entry in out["ledger"] if isinstance(entry["row"], dict)}
+    read_ids |= {json.loads(line)["id"] for line in out["kept_lines"]}
+    assert cut_line > 1 and set(range(500_000, 500_000 + cut_line - 1)) <= read_ids
+    read_step = out["stats"]["steps"][0]
+    assert read_step["step"] == "read" and read_step["reasons"]["unreadable_file"] == 2
 
 
 def test_overwrite_removes_only_the_previous_run(tmp_path):

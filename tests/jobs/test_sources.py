@@ -12,11 +12,15 @@ import pytest
 from jobs.preprocess.sources import (
     INVALID_ROW,
     MALFORMED_JSON,
+    UNREADABLE_FILE,
     InputError,
+    UnreadableInputError,
     expand_inputs,
     iter_lines,
     iter_records,
+    parse_read,
     parse_record,
+    read_source,
 )
 
 
@@ -115,3 +119,64 @@ def test_parquet_rows_become_json_records(tmp_path):
     first = json.loads(records[0][1])
     assert first["messages"] == rows[0]["messages"] and first["blob"] == "AAE="
     assert json.loads(records[1][1])["messages"][0]["content"] == "你好"
+
+
+def _lines(n: int) -> bytes:
+    return b"".join(json.dumps({"id": i, "text": f"row {i} " * 20}).encode() + b"\n" for i in range(n))
+
+
+def _truncated_gzip(path):
+    whole = gzip.compress(_lines(20_000))
+    path.write_bytes(whole[: len(whole) * 3 // 4])
+
+
+def _not_gzip(path):
+    path.write_bytes(_lines(10))  # plain text under a .gz name
+
+
+def _truncated_parquet(path):
+    pq.write_table(pa.Table.from_pylist([{"id": i} for i in range(100)]), path)
+    path.write_bytes(path.read_bytes()[:-20])
+
+
+@pytest.mark.parametrize(
+    "name, make, readable",
+    [
+        ("cut.jsonl.gz", _truncated_gzip, range(10_000, 15_000)),  # most of what precedes the cut
+        ("plain.jsonl.gz", _not_gzip, range(0, 1)),
+        ("cut.parquet", _truncated_parquet, range(0, 1)),
+    ],
+)
+def test_a_file_that_breaks_off_stops_the_read_naming_it_or_becomes_one_drop(tmp_path, name, make, readable):
+    path = tmp_path / name
+    make(path)
+    (source,) = expand_inputs([str(path)])
+
+    read = []
+    with pytest.raises(UnreadableInputError) as failure:
+        for record in iter_records(source):
+            read.append(record)
+    error = failure.value
+    assert isinstance(error, InputError) and error.uri == source.uri
+    assert error.line == len(read) + 1 and len(read) in readable
+    assert str(path) in str(error) and "--unreadable-files drop" in str(error)
+    assert [n for n, _ in read] == list(range(1, len(read) + 1))
+    # Ray ships the error from a worker to the driver: it must survive pickling whole
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(error))
+    assert (type(copy), copy.uri, copy.line, str(copy)) == (
+        UnreadableInputError,
+        error.uri,
+        error.line,
+        str(error),
+    )
+
+    with pytest.raises(UnreadableInputError):
+        list(read_source(source))  # "fail" is the default
+    records = list(read_source(source, "drop"))
+    assert [(n, raw) for n, raw, _ in records[:-1]] == read
+    line, raw, why = records[-1]
+    assert (line, raw) == (error.line, b"") and why.startswith(f"unreadable from record {line} on: ")
+    assert parse_read(raw, why) == (None, UNREADABLE_FILE, why)
+    assert all(error is None for _, _, error in records[:-1])

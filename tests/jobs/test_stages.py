@@ -31,8 +31,9 @@ from twinkle_agentic.preprocessor import DedupFilter, HardFilter
 from twinkle_agentic.preprocessor.quality import StepContractError
 
 
-def raw_table(lines: list[bytes], src: int = 0) -> pa.Table:
-    return pa.table([[src] * len(lines), list(range(1, len(lines) + 1)), lines], schema=read_schema())
+def raw_table(lines: list[bytes], src: int = 0, errors: list[str | None] | None = None) -> pa.Table:
+    errors = errors or [None] * len(lines)
+    return pa.table([[src] * len(lines), list(range(1, len(lines) + 1)), lines, errors], schema=read_schema())
 
 
 def frames(table: pa.Table, kind: int) -> list[dict]:
@@ -57,9 +58,11 @@ def test_parse_stage_runs_steps_and_accounts_for_every_record():
             ensure_ascii=True,
         ).encode(),
         b"[1]",
+        b"",  # stands for the unreadable rest of a broken file (read_source in drop mode)
     ]
     adapter = StageAdapter([HardFilter(), ShoutMapper()], [0, 1], ["HardFilter", "ShoutMapper"], parse=True)
-    out = adapter(raw_table(lines, src=3))
+    why = "unreadable from record 5 on: OSError: Truncated compressed stream"
+    out = adapter(raw_table(lines, src=3, errors=[None] * 4 + [why]))
     live = frames(out, LIVE)
     assert [(r["_src"], r["_line"]) for r in live] == [(3, 3)]
     # rows are re-serialised with unescaped unicode and without the internal row id
@@ -68,11 +71,13 @@ def test_parse_stage_runs_steps_and_accounts_for_every_record():
     assert dropped == {
         (2, "read", "malformed_json"),
         (4, "read", "invalid_row"),
+        (5, "read", "unreadable_file"),
         (1, "HardFilter", "trivial_single_turn"),
     }
     assert json.loads(next(r["row"] for r in frames(out, DROPPED) if r["_line"] == 2)) == "{broken"
+    assert json.loads(next(r["row"] for r in frames(out, DROPPED) if r["_line"] == 5)) == why
     records = {r["step"]: r for r in stats_of(out)}
-    assert records["read"]["before"] == 4 and records["read"]["after"] == 2
+    assert records["read"]["before"] == 5 and records["read"]["after"] == 2
     assert records["HardFilter"]["before"] == 2 and records["HardFilter"]["dropped"] == 1
     assert records["ShoutMapper"]["before"] == records["ShoutMapper"]["after"] == 1
 
