@@ -28,7 +28,7 @@ from .frame import DPART, PART_SPACE, READ_STEP
 from .ray_tuning import short_run_scheduling
 from .report import RunSummary, write_reports
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
-from .sources import Source, expand_inputs
+from .sources import UNREADABLE_FILE, Source, expand_inputs
 from .stages import READ_POSITION, StageAdapter, mark_duplicates
 from .steps import ConfigError, Stage, build_step, plan_stages, unique_names
 
@@ -334,6 +334,13 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     result = sink.result or SinkResult()
     stats = collect_stats(result, names)
     check_invariants(result, stats)
+    unreadable = stats[0].reasons.get(UNREADABLE_FILE, 0)
+    if unreadable:
+        logger.warning(
+            "%d input file(s) could not be read to their end: the rest of each is one %s drop in the ledger",
+            unreadable,
+            UNREADABLE_FILE,
+        )
     summary = RunSummary(
         output=cfg.output,
         rows_read=stats[0].before,

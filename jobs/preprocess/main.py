@@ -37,11 +37,22 @@ def raised_in_worker(exc: Exception) -> Exception:
     return original if isinstance(original, (ConfigError, InputError)) else exc
 
 
+_STDERR_HANDLER = "twinkle-preprocess-stderr"
+
+
 def _log_to_stderr() -> None:
-    """Our INFO lines on stderr; other libraries' loggers (Ray Data logs DEBUG) are left alone."""
+    """Our INFO lines on stderr; other libraries' loggers (Ray Data logs DEBUG) are left alone.
+
+    Each call points our handler at the current ``sys.stderr``: a process that runs the job again
+    after swapping it (a notebook, a test harness) must not log into the stream it closed."""
     logger = logging.getLogger("jobs.preprocess")
+    ours = next((h for h in logger.handlers if h.get_name() == _STDERR_HANDLER), None)
+    if ours is not None:
+        ours.stream = sys.stderr  # not setStream(): it flushes the old stream, which may be closed
+        return
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        handler = logging.StreamHandler(sys.stderr)
+        handler.set_name(_STDERR_HANDLER)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

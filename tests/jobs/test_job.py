@@ -249,7 +249,9 @@ def test_unreadable_files_stop_the_run_naming_them_or_become_drops(
     argv += ["--output", str(tmp_path / "out"), "--unreadable-files", "drop"]
     assert main(argv) == 0
     cfg = resolve_config(build_parser().parse_args(argv))
-    out = check_run_against_reference(cfg, capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    assert "2 input file(s) could not be read to their end" in captured.err
+    out = check_run_against_reference(cfg, captured.out.strip().splitlines()[-1])
     unreadable = {(e["source"], e["line"]) for e in out["ledger"] if e["reason"] == "unreadable_file"}
     cut_line = next(line for source, line in unreadable if source.endswith("cut.jsonl.gz"))
     assert unreadable == {(str(broken / "cut.jsonl.gz"), cut_line), (str(broken / "cut.parquet"), 1)}
