@@ -525,34 +525,38 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
     return results
 
 
+def _median_range(values: list[float]) -> tuple[str, str]:
+    """(median, "low-high") of ratios, as percentages."""
+    values = sorted(values)
+    return f"{statistics.median(values):.0%}", f"{values[0]:.0%}-{values[-1]:.0%}"
+
+
 def median_efficiencies(results: list[dict]) -> list[str]:
     """Per corpus size, CPUs and run on the cluster: the median efficiency over rounds, each
-    round's job against that round's references."""
+    round's job against that round's references; and the median of the two-at-once pairs."""
     groups: dict[tuple, list[dict]] = {}
+    pairs: dict[int, list[float]] = {}
     for r in results:
         if r["run"] == "job":
             groups.setdefault((r["rows"], r["cpus"], r["run_on_cluster"]), []).append(r)
+        elif r["run"] == "one-process x2 at once":
+            pairs.setdefault(r["rows"], []).append(r["efficiency"])
     lines = []
     for (rows, cpus, run_on_cluster), rs in sorted(groups.items()):
         if len(rs) < 2:
             continue
-        effs = sorted(r["efficiency"] for r in rs)
-        like = sorted(r["efficiency_like_for_like"] for r in rs)
+        eff, eff_range = _median_range([r["efficiency"] for r in rs])
+        like, like_range = _median_range([r["efficiency_like_for_like"] for r in rs])
         lines.append(
             f"# {rows:,} rows, job {cpus} CPU #{run_on_cluster}, {len(rs)} rounds: efficiency median "
-            f"{statistics.median(effs):.0%} (range {effs[0]:.0%}-{effs[-1]:.0%}), like-for-like median "
-            f"{statistics.median(like):.0%} ({like[0]:.0%}-{like[-1]:.0%})"
+            f"{eff} (range {eff_range}), like-for-like median {like} ({like_range})"
         )
-    pairs: dict[int, list[float]] = {}
-    for r in results:
-        if r["run"] == "one-process x2 at once":
-            pairs.setdefault(r["rows"], []).append(r["efficiency"])
     for rows, effs in sorted(pairs.items()):
         if len(effs) >= 2:
-            effs.sort()
+            eff, eff_range = _median_range(effs)
             lines.append(
                 f"# {rows:,} rows, two one-process runs at once, {len(effs)} rounds: efficiency median "
-                f"{statistics.median(effs):.0%} (range {effs[0]:.0%}-{effs[-1]:.0%})"
+                f"{eff} (range {eff_range})"
             )
     return lines
 
