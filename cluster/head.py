@@ -24,10 +24,23 @@ from .auth import auth_headers, ray_environment
 START_TIMEOUT_S = 180.0
 
 
+def free_ports(count: int, host: str = "127.0.0.1", exclude: tuple[int, ...] = ()) -> list[int]:
+    """``count`` distinct free ports, none in ``exclude``. Every socket stays bound until all are
+    picked: ports picked one at a time may come back equal (a head once failed to start because its
+    dashboard and runtime-env agent were given the same port)."""
+    ports: list[int] = []
+    with contextlib.ExitStack() as bound:
+        while len(ports) < count:
+            s = bound.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+            if port not in exclude:
+                ports.append(port)
+    return ports
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return free_ports(1, host)[0]
 
 
 class HeadStartError(RuntimeError):
@@ -43,12 +56,19 @@ class LocalHead:
     object_store_memory: int | None = None
     auth_mode: str | None = None
     host: str = "127.0.0.1"
-    gcs_port: int = field(default_factory=free_port)
-    dashboard_port: int = field(default_factory=free_port)
-    agent_port: int = field(default_factory=free_port)
+    # Ports left unset are picked in __post_init__, distinct from each other and from those given.
+    gcs_port: int = 0
+    dashboard_port: int = 0
+    agent_port: int = 0
     process: subprocess.Popen | None = None
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [n for n in ("gcs_port", "dashboard_port", "agent_port") if not getattr(self, n)]
+        given = (self.gcs_port, self.dashboard_port, self.agent_port)
+        for name, port in zip(names, free_ports(len(names), self.host, exclude=given), strict=True):
+            setattr(self, name, port)
 
     @property
     def address(self) -> str:
@@ -64,6 +84,9 @@ class LocalHead:
 
     def command(self, temp_dir: str) -> list[str]:
         ray_cli = Path(sys.executable).with_name("ray")
+        client, agent_grpc, runtime_env, metrics = free_ports(
+            4, self.host, exclude=(self.gcs_port, self.dashboard_port, self.agent_port)
+        )
         cmd = [
             str(ray_cli) if ray_cli.exists() else "ray",
             "start",
@@ -75,11 +98,11 @@ class LocalHead:
             "--include-dashboard=true",
             f"--dashboard-host={self.host}",
             f"--dashboard-port={self.dashboard_port}",
-            f"--ray-client-server-port={free_port()}",
+            f"--ray-client-server-port={client}",
             f"--dashboard-agent-listen-port={self.agent_port}",
-            f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={runtime_env}",
+            f"--metrics-export-port={metrics}",
             f"--temp-dir={temp_dir}",
         ]
         if self.num_cpus is not None:
