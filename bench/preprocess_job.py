@@ -240,6 +240,22 @@ def timeline_summary(events: list[dict], start: float, end: float) -> list[str]:
     return lines
 
 
+def object_store_mib() -> dict[str, float]:
+    """The object store's capacity and what Ray has spilled to and restored from disk so far (MiB,
+    cumulative over the cluster's life), from Ray's memory summary."""
+    import re
+
+    import ray
+    from ray._private.internal_api import memory_summary
+
+    summary = memory_summary(stats_only=True)
+    figures = {"capacity": ray.cluster_resources().get("object_store_memory", 0) / 2**20}
+    for name, label in (("spilled", "Spilled"), ("restored", "Restored")):
+        found = re.search(rf"{label} (\d+) MiB", summary)
+        figures[name] = float(found.group(1)) if found else 0.0
+    return figures
+
+
 def child_baseline(corpus: str, config: str | None, output: str, gc_off: bool = False) -> dict:
     """One process: read + parse, the pipeline over all rows, write kept rows and the ledger
     (``gc_off``: with the cyclic garbage collector paused while the pipeline runs, as job stages do)."""
@@ -311,17 +327,24 @@ def child_job(
     connect(None, num_cpus=cpus)  # start the cluster first: its start-up is not the job's work
     results = []
     for _ in range(runs):
+        store_before = object_store_mib()
         with ClusterSampler() as cluster:
             time.sleep(0.5)
             cluster_start, cluster_start_cpu_s, cpu_start = cluster.snapshot(), cluster.cpu_s, _own_cpu_s()
             started = time.time()
             summary = run(cfg)
             driver_cpu_s = _own_cpu_s() - cpu_start - cluster.own_cpu_s  # the sampler is not the driver
+        store_after = object_store_mib()
         results.append(
             {
                 "rows": summary.rows_read,
                 "kept": summary.kept,
                 "seconds": summary.seconds,
+                "object_store_mib": {
+                    "capacity": round(store_after["capacity"]),
+                    "spilled": store_after["spilled"] - store_before["spilled"],
+                    "restored": store_after["restored"] - store_before["restored"],
+                },
                 # the driver's own CPU plus every cluster process's (raylet, GCS, workers) during the run
                 "cpu_s": driver_cpu_s + cluster.cpu_s - cluster_start_cpu_s,
                 "cpu_s_by_process": {
@@ -444,11 +467,13 @@ def measure_pair(args: argparse.Namespace, corpus: Path, n: int, round_index: in
 
 def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dict]:
     """One round at one corpus size: the two one-process references, DedupFilter alone, then the
-    job with each ``--cpus``; every job's efficiency is against this round's references."""
+    job with each ``--cpus``; every job's efficiency is against this round's references
+    (``--job-only``: the job alone, no efficiency)."""
     results: list[dict] = []
     corpus = make_corpus(args.work, n, args.seed)
-    rates, paused_cpu_s = {}, 0.0
-    for label, gc_off in (("one-process", False), ("1-proc GC off", True)):
+    rates: dict[bool, float] = {}
+    paused_cpu_s = None
+    for label, gc_off in () if args.job_only else (("one-process", False), ("1-proc GC off", True)):
         base = _child(["baseline", str(corpus), args.config, str(args.work / f"out-base-{n}"), gc_off])
         rates[gc_off] = base["rows"] / base["seconds"]
         if gc_off:
@@ -468,22 +493,24 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
             f"{base['rows']:>9,} {label:>13} {base['seconds']:>8.1f} {rates[gc_off]:>8,.0f} {'':>10} "
             f"{base['cpu_s']:>7.1f} {'':>10} {base['driver_peak_mb']:>9,.0f}"
         )
-    base_rate, paused_rate = rates[False], rates[True]
-    if args.pair:
+    base_rate, paused_rate = rates.get(False), rates.get(True)
+    if args.pair and base_rate:
         results.append(measure_pair(args, corpus, n, round_index, base_rate))
-    dedup = _child(["dedup", str(corpus)])
-    results.append(
-        {
-            "run": "DedupFilter",
-            "cpus": 1,
-            "round": round_index,
-            **dedup,
-            "rows_per_s": dedup["rows"] / dedup["seconds"],
-        }
-    )
-    print(
-        f"{dedup['rows']:>9,} {'DedupFilter':>13} {dedup['seconds']:>8.1f} {dedup['rows'] / dedup['seconds']:>8,.0f}"
-    )
+    if not args.job_only:
+        dedup = _child(["dedup", str(corpus)])
+        results.append(
+            {
+                "run": "DedupFilter",
+                "cpus": 1,
+                "round": round_index,
+                **dedup,
+                "rows_per_s": dedup["rows"] / dedup["seconds"],
+            }
+        )
+        print(
+            f"{dedup['rows']:>9,} {'DedupFilter':>13} {dedup['seconds']:>8.1f} "
+            f"{dedup['rows'] / dedup['seconds']:>8,.0f}"
+        )
     for cpus in args.cpus:
         jobs = _child(
             [
@@ -500,21 +527,27 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
         for run_index, job in enumerate(jobs, 1):
             timeline = job.pop("timeline", [])
             rate = job["rows"] / job["seconds"]
-            efficiency = rate / (base_rate * cpus)
-            like_for_like = rate / (paused_rate * cpus)
-            cpu_efficiency = paused_cpu_s / job["cpu_s"]  # CPU work of one process / CPU work of the job
-            results.append(
-                {"run": "job", "cpus": cpus, "run_on_cluster": run_index, "round": round_index, **job, "rows_per_s": rate,
-                 "efficiency": efficiency, "efficiency_like_for_like": like_for_like,
-                 "cpu_efficiency": cpu_efficiency}
-            )  # fmt: skip
+            result = {"run": "job", "cpus": cpus, "run_on_cluster": run_index, "round": round_index, **job,
+                      "rows_per_s": rate}  # fmt: skip
+            if base_rate:
+                result["efficiency"] = rate / (base_rate * cpus)
+                result["efficiency_like_for_like"] = rate / (paused_rate * cpus)
+                result["cpu_efficiency"] = paused_cpu_s / job["cpu_s"]  # one process's CPU work / the job's
+            results.append(result)
             label = f"job {cpus} CPU" + (f" #{run_index}" if len(jobs) > 1 else "")
             print(
-                f"{job['rows']:>9,} {label:>13} {job['seconds']:>8.1f} {rate:>8,.0f} {efficiency:>10.0%} "
-                f"{job['cpu_s']:>7.1f} {cpu_efficiency:>10.0%} {job['driver_peak_mb']:>9,.0f} "
-                f"{job['workers_peak_total_mb']:>10,.0f} {like_for_like:>13.0%} {job['workers_peak_pss_mb']:>14,.0f}"
+                f"{job['rows']:>9,} {label:>13} {job['seconds']:>8.1f} {rate:>8,.0f} "
+                f"{_percent(result.get('efficiency')):>10} {job['cpu_s']:>7.1f} "
+                f"{_percent(result.get('cpu_efficiency')):>10} {job['driver_peak_mb']:>9,.0f} "
+                f"{job['workers_peak_total_mb']:>10,.0f} {_percent(result.get('efficiency_like_for_like')):>13} "
+                f"{job['workers_peak_pss_mb']:>14,.0f}"
             )
             print(f"{'':>9} {'':>13} CPU seconds by process: {job['cpu_s_by_process']}")
+            store = job["object_store_mib"]
+            print(
+                f"{'':>9} {'':>13} object store: {store['capacity']:,} MiB; spilled {store['spilled']:,.0f} MiB, "
+                f"restored {store['restored']:,.0f} MiB during the run"
+            )
             faults = {kind: f"{n / 1000:,.0f}k" for kind, n in job["minor_faults_by_process"].items()}
             print(
                 f"{'':>9} {'':>13} of them in the kernel: {job['kernel_cpu_s_by_process']}; "
@@ -523,6 +556,10 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
             for line in timeline:
                 print(f"{'':>9} {'':>13} {line}")
     return results
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def _median_range(values: list[float]) -> tuple[str, str]:
@@ -537,7 +574,7 @@ def median_efficiencies(results: list[dict]) -> list[str]:
     groups: dict[tuple, list[dict]] = {}
     pairs: dict[int, list[float]] = {}
     for r in results:
-        if r["run"] == "job":
+        if r["run"] == "job" and "efficiency" in r:
             groups.setdefault((r["rows"], r["cpus"], r["run_on_cluster"]), []).append(r)
         elif r["run"] == "one-process x2 at once":
             pairs.setdefault(r["rows"], []).append(r["efficiency"])
@@ -591,6 +628,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also run two one-process references at once: the parallel efficiency this machine's CPUs "
         "give work with no coordination, to read the job's two-CPU efficiency against",
     )
+    parser.add_argument(
+        "--job-only",
+        action="store_true",
+        help="run the job alone, without the one-process references (no efficiency): for corpora whose "
+        "rows one process cannot hold, to measure the job's memory and spilling at scale",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/twinkle-bench-preprocess"))
     parser.add_argument("--record", type=Path, help="append a JSON record of the results to this file")
@@ -634,6 +677,7 @@ def main(argv: list[str] | None = None) -> int:
             "job_runs": args.job_runs,
             "rounds": args.rounds,
             "pair": args.pair,
+            "job_only": args.job_only,
         },
         "git_sha": git_sha(),
         "results": results,

@@ -7,7 +7,7 @@ column     type            meaning
 =========  ==============  ===========================================================
 ``_src``   int32           index of the source file in the expanded input list
 ``_line``  int64           1-based line (JSONL) or row number (Parquet) in that file
-``_kind``  int8            0 live, 1 dropped, 2 statistics record
+``_kind``  int8            0 live, 1 dropped, 2 statistics record, 3 ledger record
 ``_step``  string          step that dropped the row (null while live)
 ``_reason`` string         drop reason (null while live)
 ``row``    large_string    the row as JSON; for a dropped row, the row as the step saw it
@@ -29,6 +29,9 @@ fused into one stage so that happens once for all of them.
 Statistics records (``_kind`` 2) are how per-step ``StepStats`` reach the driver: every stage call
 appends one record with the stats of the batch it processed, the records flow with the data, and
 the output sink sums them. They are therefore counted exactly once even when Ray retries a task.
+Ledger records (``_kind`` 3) stand for dropped rows a read task wrote to the drop ledger itself, so
+that they never travel through the dedup exchange (see ``sink.EarlyLedger``): the file and the drops
+by step and reason, which the sink adds to its own.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ _SPREAD = 2654435761
 # read (null for every real record; see ``sources.read_source``).
 RAW, READ_ERROR = "_raw", "_error"
 
-LIVE, DROPPED, STATS = 0, 1, 2
+LIVE, DROPPED, STATS, LEDGER = 0, 1, 2, 3
 READ_STEP = "read"
 
 

@@ -156,6 +156,7 @@ def build(
     partitions: int,
     split_records: bool,
     cpus: int,
+    ledger: Any = None,
 ) -> Any:
     """The read and the stages on top of it; returns the dataset of final frames.
 
@@ -163,6 +164,8 @@ def build(
     block it reads (see :mod:`.read`): no hop through the object store, batches of exactly the first
     stage's batch size. With ``split_records`` the raw records are re-blocked first, so one big file
     still spreads over every CPU, and the first stage is a ``map_batches`` like the others.
+    ``ledger`` (a ``sink.EarlyLedger``): fused read tasks write the first stage's drops to the drop
+    ledger themselves, so those rows skip the dedup exchange.
     """
     import ray.data
 
@@ -175,7 +178,11 @@ def build(
         ds = ds.repartition(target_num_rows_per_block=first_batch)
     else:
         fused = RecordDatasource(
-            sources, first_batch, transform=stage_adapter(stages[0], steps, names), unreadable=unreadable
+            sources,
+            first_batch,
+            transform=stage_adapter(stages[0], steps, names),
+            unreadable=unreadable,
+            ledger=ledger,
         )
         readers = cfg.read_concurrency or cpus
         ds = ray.data.read_datasource(
@@ -295,7 +302,7 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     import ray.data
 
     from .read import estimated_total
-    from .sink import PreprocessDatasink
+    from .sink import EarlyLedger, PreprocessDatasink
 
     cfg.validate()
     sources, steps, names, stages = plan(cfg)
@@ -320,13 +327,13 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     context.shuffle_strategy = exchange_strategy(
         user_strategy, input_blocks(sources, context.target_max_block_size)
     )
+    run_id, uris = uuid.uuid4().hex[:12], [s.uri for s in sources]
+    early_ledger = EarlyLedger(cfg.output, run_id, uris)
     try:
-        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus)
+        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
     finally:  # the dataset holds its own copy of the context; the caller's stays as it was
         context.shuffle_strategy = user_strategy
-    sink = PreprocessDatasink(
-        cfg.output, [s.uri for s in sources], uuid.uuid4().hex[:12], cfg.output_format, cfg.rows_per_file
-    )
+    sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
     with short_run_scheduling():
         ds.write_datasink(sink)
     seconds = time.perf_counter() - start

@@ -9,7 +9,8 @@ Files are assigned to read tasks in contiguous runs of similar total size; each 
 files in blocks of ``block_rows`` records.
 
 Given a ``transform`` (the first stage), each read task applies it to every block as soon as the
-block is cut, and yields the stage's output instead of raw records. That is the read fused with the
+block is cut, and yields the stage's output instead of raw records (given an ``EarlyLedger``, without
+the rows the stage dropped: the task writes those to the drop ledger itself). That is the read fused with the
 first stage, in batches of exactly ``block_rows``: Ray Data fuses a read with a following
 ``map_batches`` only when it may merge the read's blocks first, which turns batches into whole files
 (every row of a file alive at once, and the garbage collector scanning all of them).
@@ -24,6 +25,7 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from .frame import read_schema
+from .sink import EarlyLedger
 from .sources import UNREADABLE_FAIL, Source, read_source
 
 # Assumed in-memory size of a file whose size is unknown, and expansion of compressed files.
@@ -99,12 +101,14 @@ class RecordDatasource(Datasource):
         block_rows: int,
         transform: Callable[[Any], Any] | None = None,
         unreadable: str = UNREADABLE_FAIL,
+        ledger: EarlyLedger | None = None,
     ):
         super().__init__()
         self.sources = list(sources)
         self.block_rows = block_rows
         self.transform = transform
         self.unreadable = unreadable
+        self.ledger = ledger  # with a transform: where its drops go, straight from the read task
 
     def get_name(self) -> str:
         return "ReadRecords" if self.transform is None else "ReadRecordsAndFilter"
@@ -119,7 +123,6 @@ class RecordDatasource(Datasource):
         self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
     ) -> list[ReadTask]:
         tasks = []
-        block_rows, transform, unreadable = self.block_rows, self.transform, self.unreadable
         for group in split_sources(self.sources, parallelism if parallelism > 0 else len(self.sources)):
             metadata = BlockMetadata(
                 num_rows=None,
@@ -129,10 +132,16 @@ class RecordDatasource(Datasource):
             )
             tasks.append(
                 ReadTask(
-                    lambda group=group: transformed(read_blocks(group, block_rows, unreadable), transform),
+                    lambda group=group: self._read(group),
                     metadata,
                     schema=self._schema(),
                     per_task_row_limit=per_task_row_limit,
                 )
             )
         return tasks
+
+    def _read(self, group: list[Source]) -> Iterator[Any]:
+        blocks = transformed(read_blocks(group, self.block_rows, self.unreadable), self.transform)
+        if self.ledger is None or self.transform is None:
+            return blocks
+        return self.ledger.route(blocks, f"read-{group[0].index:06d}")

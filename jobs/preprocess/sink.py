@@ -4,6 +4,10 @@ One Ray Data ``Datasink``: each write task streams its blocks into ``kept/part-<
 (or ``.parquet``) and ``dropped/part-<run>-<task>.jsonl`` and returns its counts and summed
 ``StepStats``; ``on_write_complete`` (on the driver) adds those up. File names depend only on the
 run id and the task index, so a retried task overwrites its own files instead of duplicating rows.
+
+Rows dropped by the stage fused with the read take a shorter route (``EarlyLedger``): the read task
+writes them to ``dropped/part-<run>-read-<first input>.jsonl`` itself, and only a ledger record with
+their counts travels on to the sink. They are rows the dedup exchange would only have carried along.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import json
 import posixpath
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +23,7 @@ from ray.data.datasource import Datasink
 
 from twinkle_agentic.preprocessor.stats import StepStats
 
-from .frame import DROPPED, KIND, LINE, LIVE, REASON, ROW, SRC, STATS, STEP
+from .frame import DKEY, DROPPED, KIND, LEDGER, LINE, LIVE, REASON, ROW, SRC, STATS, STEP, FrameBuilder
 
 KEPT_DIR = "kept"
 DROPPED_DIR = "dropped"
@@ -169,6 +173,65 @@ class _LazyFile:
         return [self.path]
 
 
+class LedgerFile:
+    """Ledger lines of dropped frame rows, streamed into one file, counted by (step, reason)."""
+
+    def __init__(self, filesystem: Any, path: str, sources: list[str]):
+        import pyarrow as pa
+
+        self.file = _LazyFile(filesystem, path)
+        self.source_literals = pa.array([_literal(uri) for uri in sources], pa.large_binary())
+
+    def write(self, dropped: Any, result: SinkResult) -> None:
+        if not dropped.num_rows:
+            return
+        counts = dropped.group_by([STEP, REASON]).aggregate([([], "count_all")])
+        for step, reason, n in zip(*(counts.column(i).to_pylist() for i in range(3)), strict=True):
+            result.drops[(step, reason)] += n
+        result.dropped += dropped.num_rows
+        for buffer in text_buffers(ledger_lines(dropped, self.source_literals)):
+            self.file.write(buffer)
+
+    def close(self) -> list[str]:
+        return self.file.close()
+
+
+def ledger_path(root: str, run_id: str, name: str) -> str:
+    return posixpath.join(root, DROPPED_DIR, f"part-{run_id}-{name}.jsonl")
+
+
+@dataclass(frozen=True)
+class EarlyLedger:
+    """The drop ledger as read tasks write it: the rows their fused stage dropped go straight to a
+    ledger file of the task's own, instead of through the dedup exchange's sort (into the object
+    store three times: read output, sort map, sort reduce) to the sink. The task's file name depends
+    only on the run and its first input, so a retried task rewrites its own file."""
+
+    output: str
+    run_id: str
+    sources: list[str]
+
+    def route(self, frames: Iterator[Any], name: str) -> Iterator[Any]:
+        """``frames`` without their dropped rows, which go to ledger file ``name``; then one ledger
+        record (``_kind`` LEDGER) saying what the file holds, for the sink to count."""
+        import pyarrow.compute as pc
+
+        filesystem, root = output_filesystem(self.output)
+        ledger = LedgerFile(filesystem, ledger_path(root, self.run_id, name), self.sources)
+        result = SinkResult()
+        schema = None
+        for frame in frames:
+            schema = frame.schema
+            dropped = pc.equal(frame.column(KIND), DROPPED)
+            ledger.write(frame.filter(dropped), result)
+            yield frame.filter(pc.invert(dropped))
+        result.files = ledger.close()
+        if result.dropped:
+            record = FrameBuilder(DKEY in schema.names)
+            record.add(-1, -1, LEDGER, None, None, json.dumps(result.to_wire()))
+            yield record.build()
+
+
 class PreprocessDatasink(Datasink):
     """Streams kept rows and ledger lines of each write task into files of their own."""
 
@@ -195,26 +258,22 @@ class PreprocessDatasink(Datasink):
         name = f"part-{self.run_id}-{ctx.task_idx:06d}"
         suffix = ".parquet" if self.output_format == "parquet" else ".jsonl"
         kept_file = _LazyFile(filesystem, posixpath.join(root, KEPT_DIR, name + suffix))
-        ledger_file = _LazyFile(filesystem, posixpath.join(root, DROPPED_DIR, name + ".jsonl"))
+        ledger_file = LedgerFile(
+            filesystem, ledger_path(root, self.run_id, f"{ctx.task_idx:06d}"), self.sources
+        )
         result = SinkResult()
         parquet_writer = None
-        source_literals = pa.array([_literal(uri) for uri in self.sources], pa.large_binary())
         for block in _slices(blocks):  # empty blocks (possibly without columns) yield nothing
             kinds = block.column(KIND)
-            dropped = block.filter(pc.equal(kinds, DROPPED))
-            if dropped.num_rows:
-                counts = dropped.group_by([STEP, REASON]).aggregate([([], "count_all")])
-                for step, reason, n in zip(*(counts.column(i).to_pylist() for i in range(3)), strict=True):
-                    result.drops[(step, reason)] += n
-                result.dropped += dropped.num_rows
-                for buffer in text_buffers(ledger_lines(dropped, source_literals)):
-                    ledger_file.write(buffer)
+            ledger_file.write(block.filter(pc.equal(kinds, DROPPED)), result)
             for text in block.filter(pc.equal(kinds, STATS)).column(ROW).to_pylist():
                 for record in json.loads(text):
                     stats = StepStats.from_dict(record)
                     position = int(record["position"])
                     mine = result.stats.get(position)
                     result.stats[position] = stats if mine is None else mine + stats
+            for text in block.filter(pc.equal(kinds, LEDGER)).column(ROW).to_pylist():
+                result.add(SinkResult.from_wire(json.loads(text)))  # drops a read task wrote itself
             kept = block.filter(pc.equal(kinds, LIVE))
             if not kept.num_rows:
                 continue
@@ -237,7 +296,7 @@ class PreprocessDatasink(Datasink):
                     kept_file.write(buffer)
         if parquet_writer is not None:
             parquet_writer.close()
-        result.files = kept_file.close() + ledger_file.close()
+        result.files += kept_file.close() + ledger_file.close()
         return result.to_wire()
 
     def on_write_complete(self, write_result: Any) -> None:

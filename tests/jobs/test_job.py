@@ -184,6 +184,11 @@ def test_job_equals_one_process_run(
     out = check_run_against_reference(cfg, summary_line)
     reasons = {(e["step"], e["reason"]) for e in out["ledger"]}
     assert {("read", "malformed_json"), ("read", "invalid_row")} <= reasons
+    # read tasks fused with the first stage write its drops (bad lines at least) to the ledger
+    # themselves, so those rows skip the dedup exchange; re-blocked records go the long way
+    fused = "read fused with the first stage" in caplog.text
+    assert split_records is None or fused == (not split_records)
+    assert bool(list((tmp_path / "out" / "dropped").glob("part-*-read-*.jsonl"))) == fused
     assert any(step.startswith("DedupFilter") and reason == "duplicate" for step, reason in reasons)
     assert all("__twinkle_row_id__" not in line for line in out["kept_lines"])
     kept_ids = {json.loads(line)["id"] for line in out["kept_lines"]}

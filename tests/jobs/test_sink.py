@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 
-from jobs.preprocess.frame import DROPPED, LIVE, FrameBuilder
-from jobs.preprocess.sink import PreprocessDatasink, ledger_lines, text_buffers
+from jobs.preprocess.frame import DKEY, DPART, DROPPED, KIND, LEDGER, LIVE, STATS, FrameBuilder
+from jobs.preprocess.sink import EarlyLedger, PreprocessDatasink, SinkResult, ledger_lines, text_buffers
+from twinkle_agentic.preprocessor.stats import StepStats
 
 SOURCES = ["/data/a.jsonl", '/data/we"ird ü.jsonl']
 
@@ -74,3 +75,48 @@ def test_sink_writes_kept_rows_ledger_and_counts(tmp_path):
         ('Weird "Step"', "duplicate", 1),
         ("read", "malformed_json", 1),
     ]
+
+
+def keyed_frame(rows: list[tuple]) -> pa.Table:
+    """A frame as a stage before a dedup exchange emits it: live rows with a group key."""
+    out = FrameBuilder(with_dedup_key=True)
+    for src, line, kind, step, reason, row in rows:
+        out.add(src, line, kind, step, reason, row, f"key-{line}" if kind == LIVE else None, 1)
+    out.add_stats([{"position": 0, **StepStats("HardFilter").to_dict()}])
+    return out.build()
+
+
+def test_early_ledger_writes_the_drops_and_passes_on_the_rest_and_a_record(tmp_path):
+    table = keyed_frame(ROWS)
+    frames = list(
+        EarlyLedger(str(tmp_path), "run", SOURCES).route(
+            iter([table.slice(0, 3), table.slice(3)]), "read-000007"
+        )
+    )
+
+    ledger = (tmp_path / "dropped" / "part-run-read-000007.jsonl").read_text(encoding="utf-8")
+    assert [json.loads(line)["line"] for line in ledger.splitlines()] == [2, 3, 5]
+    *passed, record = frames
+    assert [f.schema for f in passed] == [table.schema] * 2
+    passed_kinds = [k for f in passed for k in f.column(KIND).to_pylist()]
+    assert passed_kinds == [LIVE, LIVE, STATS]  # live rows and the statistics record go on
+    assert record.schema == table.schema and record.column(KIND).to_pylist() == [LEDGER]
+    assert record.column(DKEY).to_pylist() == [None] and record.column(DPART).to_pylist()[0] >= 0
+    wire = SinkResult.from_wire(json.loads(record.column("row")[0].as_py()))
+    assert (wire.kept, wire.dropped) == (0, 3)
+    assert wire.files == [str(tmp_path / "dropped" / "part-run-read-000007.jsonl")]
+
+    # the sink counts what the record says, beside the rows it writes itself
+    sink = PreprocessDatasink(str(tmp_path), SOURCES, "run", "jsonl", 1000)
+    result = SinkResult.from_wire(sink.write(passed + [record], SimpleNamespace(task_idx=0)))
+    assert (result.kept, result.dropped) == (2, 3)
+    assert result.drops == wire.drops
+    assert not (tmp_path / "dropped" / "part-run-000000.jsonl").exists()  # no drops of its own
+    assert sorted(result.files) == sorted(wire.files + [str(tmp_path / "kept" / "part-run-000000.jsonl")])
+
+
+def test_early_ledger_without_drops_leaves_no_file_and_no_record(tmp_path):
+    table = keyed_frame([r for r in ROWS if r[2] == LIVE])
+    frames = list(EarlyLedger(str(tmp_path), "run", SOURCES).route(iter([table]), "read-000000"))
+    assert [f.num_rows for f in frames] == [table.num_rows]
+    assert not (tmp_path / "dropped").exists()
