@@ -9,11 +9,12 @@ Files are assigned to read tasks in contiguous runs of similar total size; each 
 files in blocks of ``block_rows`` records.
 
 Given a ``transform`` (the first stage), each read task applies it to every block as soon as the
-block is cut, and yields the stage's output instead of raw records (given an ``EarlyLedger``, without
-the rows the stage dropped: the task writes those to the drop ledger itself). That is the read fused with the
+block is cut, and yields the stage's output instead of raw records. That is the read fused with the
 first stage, in batches of exactly ``block_rows``: Ray Data fuses a read with a following
 ``map_batches`` only when it may merge the read's blocks first, which turns batches into whole files
-(every row of a file alive at once, and the garbage collector scanning all of them).
+(every row of a file alive at once, and the garbage collector scanning all of them). Given an
+``EarlyLedger`` too, the task writes the rows the stage dropped to the drop ledger itself and yields
+the rest.
 """
 
 from __future__ import annotations

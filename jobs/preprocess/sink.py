@@ -196,6 +196,21 @@ class LedgerFile:
         return self.file.close()
 
 
+def split_dropped(frame: Any) -> tuple[Any, Any]:
+    """(dropped rows, the rest) of a frame table. A stage's output lists its dropped rows first
+    (``StageAdapter`` adds them before the live rows), so this is two slices, without copying any
+    row's text; any other order is filtered."""
+    import numpy as np
+    import pyarrow as pa
+
+    dropped = frame.column(KIND).to_numpy() == DROPPED
+    count = int(np.count_nonzero(dropped))
+    if dropped[:count].all():
+        return frame.slice(0, count), frame.slice(count)
+    mask = pa.array(dropped)
+    return frame.filter(mask), frame.filter(np.logical_not(dropped))
+
+
 def ledger_path(root: str, run_id: str, name: str) -> str:
     return posixpath.join(root, DROPPED_DIR, f"part-{run_id}-{name}.jsonl")
 
@@ -214,18 +229,18 @@ class EarlyLedger:
     def route(self, frames: Iterator[Any], name: str) -> Iterator[Any]:
         """``frames`` without their dropped rows, which go to ledger file ``name``; then one ledger
         record (``_kind`` LEDGER) saying what the file holds, for the sink to count."""
-        import pyarrow.compute as pc
-
         filesystem, root = output_filesystem(self.output)
         ledger = LedgerFile(filesystem, ledger_path(root, self.run_id, name), self.sources)
         result = SinkResult()
         schema = None
-        for frame in frames:
-            schema = frame.schema
-            dropped = pc.equal(frame.column(KIND), DROPPED)
-            ledger.write(frame.filter(dropped), result)
-            yield frame.filter(pc.invert(dropped))
-        result.files = ledger.close()
+        try:
+            for frame in frames:
+                schema = frame.schema
+                dropped, rest = split_dropped(frame)
+                ledger.write(dropped, result)
+                yield rest
+        finally:  # also when the read fails (an unreadable file) or Ray stops the task
+            result.files = ledger.close()
         if result.dropped:
             record = FrameBuilder(DKEY in schema.names)
             record.add(-1, -1, LEDGER, None, None, json.dumps(result.to_wire()))

@@ -8,7 +8,14 @@ from types import SimpleNamespace
 import pyarrow as pa
 
 from jobs.preprocess.frame import DKEY, DPART, DROPPED, KIND, LEDGER, LIVE, STATS, FrameBuilder
-from jobs.preprocess.sink import EarlyLedger, PreprocessDatasink, SinkResult, ledger_lines, text_buffers
+from jobs.preprocess.sink import (
+    EarlyLedger,
+    PreprocessDatasink,
+    SinkResult,
+    ledger_lines,
+    split_dropped,
+    text_buffers,
+)
 from twinkle_agentic.preprocessor.stats import StepStats
 
 SOURCES = ["/data/a.jsonl", '/data/we"ird ü.jsonl']
@@ -120,3 +127,15 @@ def test_early_ledger_without_drops_leaves_no_file_and_no_record(tmp_path):
     frames = list(EarlyLedger(str(tmp_path), "run", SOURCES).route(iter([table]), "read-000000"))
     assert [f.num_rows for f in frames] == [table.num_rows]
     assert not (tmp_path / "dropped").exists()
+
+
+def test_split_dropped_slices_a_stage_output_and_filters_any_other_order():
+    stage_order = keyed_frame(sorted(ROWS, key=lambda r: r[2] != DROPPED))  # drops first, as stages emit
+    dropped, rest = split_dropped(stage_order)
+    assert dropped.column(KIND).to_pylist() == [DROPPED] * 3
+    assert rest.column(KIND).to_pylist() == [LIVE, LIVE, STATS]
+    assert rest.column("row").chunk(0).offset == 3  # a slice of the same buffers: no row copied
+
+    dropped, rest = split_dropped(keyed_frame(ROWS))  # interleaved
+    assert dropped.column("_line").to_pylist() == [2, 3, 5]
+    assert rest.column("_line").to_pylist() == [1, 40, -1]

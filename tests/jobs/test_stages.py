@@ -76,6 +76,8 @@ def test_parse_stage_runs_steps_and_accounts_for_every_record():
     }
     assert json.loads(next(r["row"] for r in frames(out, DROPPED) if r["_line"] == 2)) == "{broken"
     assert json.loads(next(r["row"] for r in frames(out, DROPPED) if r["_line"] == 5)) == why
+    # drops first, then live rows, then the statistics record: read tasks split the drops off by slicing
+    assert out.column(KIND).to_pylist() == [DROPPED] * 4 + [LIVE] + [STATS]
     records = {r["step"]: r for r in stats_of(out)}
     assert records["read"]["before"] == 5 and records["read"]["after"] == 2
     assert records["HardFilter"]["before"] == 2 and records["HardFilter"]["dropped"] == 1
