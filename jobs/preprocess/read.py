@@ -68,10 +68,6 @@ def read_blocks(sources: list[Source], block_rows: int, unreadable: str = UNREAD
             yield pa.table([srcs, lines, raws, errors], schema=schema)
 
 
-def transformed(blocks: Iterator[Any], transform: Callable[[Any], Any] | None) -> Iterator[Any]:
-    return blocks if transform is None else (transform(block) for block in blocks)
-
-
 def split_sources(sources: list[Source], parallelism: int) -> list[list[Source]]:
     """Contiguous groups of sources with about equal estimated size, at most ``parallelism`` groups."""
     if not sources:
@@ -142,7 +138,8 @@ class RecordDatasource(Datasource):
         return tasks
 
     def _read(self, group: list[Source]) -> Iterator[Any]:
-        blocks = transformed(read_blocks(group, self.block_rows, self.unreadable), self.transform)
-        if self.ledger is None or self.transform is None:
+        blocks = read_blocks(group, self.block_rows, self.unreadable)
+        if self.transform is None:
             return blocks
-        return self.ledger.route(blocks, f"read-{group[0].index:06d}")
+        frames = map(self.transform, blocks)
+        return frames if self.ledger is None else self.ledger.route(frames, f"read-{group[0].index:06d}")

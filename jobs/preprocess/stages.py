@@ -53,9 +53,9 @@ class StageAdapter:
 
     ``parse=True`` for the first stage: its input is raw records (``_src``, ``_line``, ``_raw``) and
     lines that are not JSON objects become drops of step ``read``. Its output lists the dropped rows
-    first, then the live ones, then the statistics record (``sink.split_dropped`` relies on that). ``dedup`` is the DedupFilter that
-    follows this stage: its group key and message count are attached to every live row for the
-    shuffle (computed here, where the rows are already decoded).
+    first, then the live ones, then the statistics record (``sink.split_dropped`` relies on that).
+    ``dedup`` is the DedupFilter that follows this stage: its group key and message count are
+    attached to every live row for the shuffle (computed here, where the rows are already decoded).
     """
 
     def __init__(
