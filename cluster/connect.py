@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .auth import apply_auth_mode
+from .worker_pool import worker_pool_config
 
 
 @dataclass(frozen=True)
@@ -38,21 +39,6 @@ def resolve_address(address: str | None = None) -> str | None:
 def local_cluster_size() -> dict[str, Any]:
     """Size an embedded cluster to this machine: every CPU; GPUs as Ray detects them."""
     return {"num_cpus": os.cpu_count() or 1}
-
-
-# Idle worker processes an embedded cluster keeps, per CPU. Ray's default keeps one per CPU and ends
-# the others after a second idle, but a Ray Data job runs more tasks than CPUs at once (fractional-CPU
-# reads beside whole-CPU shuffle tasks): each job on a 2-CPU cluster then started a third worker
-# again, and a read task waited ~1 s for it (a fresh process importing Ray Data), in every run
-# (docs/bench/preprocess_job.md). ``RAY_num_workers_soft_limit`` overrides this.
-IDLE_WORKERS_PER_CPU = 2
-
-
-def embedded_system_config(num_cpus: int) -> dict[str, Any]:
-    """Ray system settings of an embedded cluster with ``num_cpus`` CPUs."""
-    if "RAY_num_workers_soft_limit" in os.environ:
-        return {}
-    return {"num_workers_soft_limit": IDLE_WORKERS_PER_CPU * max(1, int(num_cpus))}
 
 
 def connect(
@@ -90,7 +76,7 @@ def connect(
         }
         size.update({k: v for k, v in overrides.items() if v is not None})
         # An explicit "local" stops ray.init from joining a cluster named by RAY_ADDRESS.
-        kwargs.update(size, address="local", _system_config=embedded_system_config(size["num_cpus"]) or None)
+        kwargs.update(size, address="local", _system_config=worker_pool_config() or None)
     else:
         kwargs["address"] = target
     context = ray.init(**{k: v for k, v in kwargs.items() if v is not None})

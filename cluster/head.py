@@ -8,6 +8,7 @@ by signalling that group.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .auth import auth_headers, ray_environment
+from .worker_pool import worker_pool_config
 
 START_TIMEOUT_S = 180.0
 
@@ -105,6 +107,9 @@ class LocalHead:
             f"--metrics-export-port={metrics}",
             f"--temp-dir={temp_dir}",
         ]
+        system_config = worker_pool_config()
+        if system_config:
+            cmd.append(f"--system-config={json.dumps(system_config)}")
         if self.num_cpus is not None:
             cmd.append(f"--num-cpus={self.num_cpus}")
         if self.num_gpus is not None:

@@ -2,6 +2,7 @@
 ``ray start --head`` -> ``ray job submit --working-dir . -- ...`` on a real head started here."""
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -35,14 +36,19 @@ def test_auth_mode(monkeypatch):
         resolve_auth_mode("k8s")
 
 
-def test_embedded_cluster_keeps_idle_workers_for_more_tasks_than_cpus(monkeypatch):
-    from cluster.connect import IDLE_WORKERS_PER_CPU, embedded_system_config
+def test_clusters_started_here_keep_their_workers_and_prestart_none(monkeypatch):
+    from cluster.worker_pool import IDLE_WORKER_KEEP_MS, worker_pool_config
 
     monkeypatch.delenv("RAY_num_workers_soft_limit", raising=False)
-    assert embedded_system_config(2) == {"num_workers_soft_limit": 2 * IDLE_WORKERS_PER_CPU}
-    assert embedded_system_config(0) == {"num_workers_soft_limit": IDLE_WORKERS_PER_CPU}
+    monkeypatch.delenv("RAY_idle_worker_killing_time_threshold_ms", raising=False)
+    wanted = {"num_workers_soft_limit": 0, "idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS}
+    assert worker_pool_config() == wanted
+    assert f"--system-config={json.dumps(wanted)}" in LocalHead(num_cpus=2).command("/tmp/x")
     monkeypatch.setenv("RAY_num_workers_soft_limit", "3")  # Ray reads it itself; ours must not compete
-    assert embedded_system_config(2) == {}
+    assert worker_pool_config() == {"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS}
+    monkeypatch.setenv("RAY_idle_worker_killing_time_threshold_ms", "1000")
+    assert worker_pool_config() == {}
+    assert not any(a.startswith("--system-config") for a in LocalHead(num_cpus=2).command("/tmp/x"))
 
 
 def test_child_environment_is_consistent(monkeypatch):

@@ -1,0 +1,28 @@
+"""How the Ray clusters this project starts keep their worker processes.
+
+Ray starts a worker process ahead of need whenever a task lease arrives with a backlog and no worker
+is idle ("lease backlog" prestart, up to ``num_workers_soft_limit`` workers), and ends idle workers
+above that limit after one second. A Ray Data job on a small cluster trips the first rule at every
+shuffle and stage boundary: each run of the preprocess job on a 2-CPU cluster started two to four
+processes that booted (~0.5 CPU s each), ran nothing and were ended again; the tasks ran on the
+workers already there (raylet debug log, docs/bench/preprocess_job.md, session 14).
+
+So our clusters set the soft limit to 0, which turns that prestart off (Ray starts at most
+``min(soft limit, backlog)`` workers for a backlog), and keep an idle worker for
+IDLE_WORKER_KEEP_MS instead of one second, so the workers a job did start stay for its next
+stage and its next run. A worker whose job ends is still ended at once, whatever these say.
+Either setting given as ``RAY_<name>`` in the environment wins: Ray reads it itself.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+IDLE_WORKER_KEEP_MS = 10 * 60 * 1000
+
+
+def worker_pool_config() -> dict[str, Any]:
+    """Ray system settings for the worker pool of a cluster started here (embedded or head)."""
+    wanted = {"num_workers_soft_limit": 0, "idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS}
+    return {name: value for name, value in wanted.items() if f"RAY_{name}" not in os.environ}

@@ -1,0 +1,68 @@
+"""An embedded cluster starts the worker processes a job runs on, and no others (cluster.worker_pool).
+
+With Ray's defaults every run of the preprocess job on a 2-CPU cluster started two to four worker
+processes that booted, ran nothing and were ended a second later. The raylet logs each start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+RUNS = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+
+    import ray
+
+    from cluster import connect
+    from jobs.preprocess.config import build_parser, resolve_config
+    from jobs.preprocess.job import run
+
+    inputs, output = sys.argv[1], Path(sys.argv[2])
+    connect(None, num_cpus=2, include_dashboard=False)
+    raylet_log = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs" / "raylet.out"
+
+    def started() -> int:
+        # the raylet writes its log lines as they happen; wait until the count holds still
+        counts = []
+        while len(counts) < 3 or len(set(counts[-3:])) > 1:
+            time.sleep(0.2)
+            counts.append(raylet_log.read_text().count("Started worker process"))
+        return counts[-1]
+
+    counts = []
+    for i in range(3):
+        argv = ["--input", inputs, "--output", str(output / str(i)), "--num-cpus", "2", "--no-progress"]
+        summary = run(resolve_config(build_parser().parse_args(argv)))
+        counts.append({"started": started(), "kept": summary.kept})
+    print("RUNS " + json.dumps(counts))
+    """
+)
+
+
+def test_repeated_jobs_start_no_worker_processes_after_the_first(chat_inputs, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_num_workers_soft_limit")}
+    env.update(PYTHONPATH=str(REPO_ROOT), RAY_USAGE_STATS_ENABLED="0")
+    result = subprocess.run(
+        [sys.executable, "-c", RUNS, str(chat_inputs), str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("RUNS ")]
+    runs = json.loads(line[len("RUNS ") :])
+    assert len({r["kept"] for r in runs}) == 1 and runs[0]["kept"] > 0
+    # the first run starts Ray Data's two actors and the task workers; later runs reuse them all
+    assert runs[0]["started"] >= 3
+    assert [r["started"] for r in runs[1:]] == [runs[0]["started"]] * 2, runs
