@@ -265,9 +265,14 @@ def json_default(value: Any) -> Any:
     return str(value)
 
 
+# One encoder for every call: ``json.dumps`` with options builds a new one each time (~2 us a row,
+# 13 % of encoding the bench's rows).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=json_default)
+
+
 def dumps(row: Any) -> str:
     """The one serialisation of rows everywhere in the job: unescaped unicode, Parquet types as JSON."""
-    return json.dumps(row, ensure_ascii=False, default=json_default)
+    return _ENCODER.encode(row)
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
