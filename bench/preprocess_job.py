@@ -10,7 +10,7 @@ DedupFilter, reading and writing JSONL) and the Ray Data job on an embedded loca
 x CPUs), CPU efficiency = the GC-paused one-process run's CPU seconds / the job's CPU seconds (driver,
 raylet, GCS and workers: the share of the job's CPU work that is the pipeline itself, independent of
 other load on the machine; per kind of process, with the kernel's share and the minor page faults),
-peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
+the worker processes the raylet started during the run (from its log), peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
 record ``{bench, params, git_sha, results}`` to ``--record`` when given. A ``DedupFilter`` line
 times the one-process dedup alone on all parsed rows (it must stay linear).
 
@@ -256,6 +256,18 @@ def object_store_mib() -> dict[str, float]:
     return figures
 
 
+def worker_processes_started() -> int | None:
+    """Worker processes the local raylet has started so far (it logs each start), or None when this
+    process has no local node (a remote cluster). Ray Data's actors count too: they are workers."""
+    import ray
+
+    node = ray._private.worker._global_node
+    if node is None:
+        return None
+    log = Path(node.get_session_dir_path()) / "logs" / "raylet.out"
+    return log.read_text(errors="replace").count("Started worker process") if log.exists() else None
+
+
 def child_baseline(corpus: str, config: str | None, output: str, gc_off: bool = False) -> dict:
     """One process: read + parse, the pipeline over all rows, write kept rows and the ledger
     (``gc_off``: with the cyclic garbage collector paused while the pipeline runs, as job stages do)."""
@@ -327,14 +339,14 @@ def child_job(
     connect(None, num_cpus=cpus)  # start the cluster first: its start-up is not the job's work
     results = []
     for _ in range(runs):
-        store_before = object_store_mib()
+        store_before, started_before = object_store_mib(), worker_processes_started()
         with ClusterSampler() as cluster:
             time.sleep(0.5)
             cluster_start, cluster_start_cpu_s, cpu_start = cluster.snapshot(), cluster.cpu_s, _own_cpu_s()
             started = time.time()
             summary = run(cfg)
             driver_cpu_s = _own_cpu_s() - cpu_start - cluster.own_cpu_s  # the sampler is not the driver
-        store_after = object_store_mib()
+        store_after, started_after = object_store_mib(), worker_processes_started()
         results.append(
             {
                 "rows": summary.rows_read,
@@ -347,6 +359,7 @@ def child_job(
                 },
                 # the driver's own CPU plus every cluster process's (raylet, GCS, workers) during the run
                 "cpu_s": driver_cpu_s + cluster.cpu_s - cluster_start_cpu_s,
+                "worker_processes_started": None if started_after is None else started_after - started_before,
                 "cpu_s_by_process": {
                     "driver": round(driver_cpu_s, 2),
                     **cluster.by_kind("cpu", cluster_start),
@@ -542,7 +555,10 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
                 f"{job['workers_peak_total_mb']:>10,.0f} {_percent(result.get('efficiency_like_for_like')):>13} "
                 f"{job['workers_peak_pss_mb']:>14,.0f}"
             )
-            print(f"{'':>9} {'':>13} CPU seconds by process: {job['cpu_s_by_process']}")
+            print(
+                f"{'':>9} {'':>13} CPU seconds by process: {job['cpu_s_by_process']}; "
+                f"worker processes started: {job.get('worker_processes_started')}"
+            )
             store = job["object_store_mib"]
             print(
                 f"{'':>9} {'':>13} object store: {store['capacity']:,} MiB; spilled {store['spilled']:,.0f} MiB, "

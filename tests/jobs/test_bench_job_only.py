@@ -1,5 +1,6 @@
-"""The preprocess bench's ``--job-only`` mode (the job alone, for corpora one process cannot hold)
-and its object-store figures (capacity, what was spilled and restored)."""
+"""The preprocess bench's ``--job-only`` mode (the job alone, for corpora one process cannot hold),
+its object-store figures (capacity, what was spilled and restored) and its count of the worker
+processes a run started."""
 
 from __future__ import annotations
 
@@ -21,6 +22,30 @@ def test_object_store_figures_count_what_ray_spilled(ray_local):
     assert after["spilled"] - before["spilled"] >= chunk / 2**20
     assert sum(int(ray.get(ref)[-1]) for ref in refs) == 6  # every object still readable, spilled or not
     assert bench.object_store_mib()["restored"] > after["restored"]
+
+
+def test_worker_processes_started_counts_the_raylets_starts(ray_local):
+    import time
+
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Fresh:  # every actor holds a worker process of its own while it lives
+        def pid(self) -> int:
+            import os
+
+            return os.getpid()
+
+    before = bench.worker_processes_started()
+    actors = [Fresh.remote() for _ in range(8)]
+    assert len(set(ray.get([a.pid.remote() for a in actors]))) == 8
+    # at most the test cluster's soft limit (its 4 CPUs) of idle workers could be reused
+    deadline = time.monotonic() + 10
+    while bench.worker_processes_started() < before + 4 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the raylet writes its log as it goes
+    for actor in actors:
+        ray.kill(actor)
+    assert bench.worker_processes_started() >= before + 4
 
 
 def test_job_only_runs_no_reference_and_reports_no_efficiency(tmp_path, monkeypatch, capsys):
