@@ -10,9 +10,10 @@ DedupFilter, reading and writing JSONL) and the Ray Data job on an embedded loca
 x CPUs), CPU efficiency = the GC-paused one-process run's CPU seconds / the job's CPU seconds (driver,
 raylet, GCS and workers: the share of the job's CPU work that is the pipeline itself, independent of
 other load on the machine; per kind of process, with the kernel's share and the minor page faults),
-the worker processes the raylet started during the run (from its log), peak RSS of the driver and of the Ray workers (sampled every 0.2 s), and appends a JSON
-record ``{bench, params, git_sha, results}`` to ``--record`` when given. A ``DedupFilter`` line
-times the one-process dedup alone on all parsed rows (it must stay linear).
+the worker processes the raylet started during the run (from its log), peak RSS of the driver and
+of the Ray workers (sampled every 0.2 s), and appends a JSON record ``{bench, params, git_sha,
+results}`` to ``--record`` when given. A ``DedupFilter`` line times the one-process dedup alone on
+all parsed rows (it must stay linear).
 
 The job's stages run with the cyclic garbage collector paused per batch (``gc_paused``), so the
 reference also runs a second time with the collector paused for the whole run ("one-process, GC

@@ -53,7 +53,8 @@ RUNS = textwrap.dedent(
 
 
 def test_repeated_jobs_start_no_worker_processes_after_the_first(chat_inputs, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_num_workers_soft_limit")}
+    overrides = ("RAY_ADDRESS", "RAY_num_workers_soft_limit", "RAY_idle_worker_killing_time_threshold_ms")
+    env = {k: v for k, v in os.environ.items() if k not in overrides}
     env.update(PYTHONPATH=str(REPO_ROOT), RAY_USAGE_STATS_ENABLED="0")
     result = subprocess.run(
         [sys.executable, "-c", RUNS, str(chat_inputs), str(tmp_path / "out")],
