@@ -55,6 +55,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.records import git_sha  # noqa: E402
+from cluster.worker_pool import worker_processes_started  # noqa: E402
 
 SHARDS = 16
 
@@ -255,18 +256,6 @@ def object_store_mib() -> dict[str, float]:
         found = re.search(rf"{label} (\d+) MiB", summary)
         figures[name] = float(found.group(1)) if found else 0.0
     return figures
-
-
-def worker_processes_started() -> int | None:
-    """Worker processes the local raylet has started so far (it logs each start), or None when this
-    process has no local node (a remote cluster). Ray Data's actors count too: they are workers."""
-    import ray
-
-    node = ray._private.worker._global_node
-    if node is None:
-        return None
-    log = Path(node.get_session_dir_path()) / "logs" / "raylet.out"
-    return log.read_text(errors="replace").count("Started worker process") if log.exists() else None
 
 
 def child_baseline(corpus: str, config: str | None, output: str, gc_off: bool = False) -> dict:

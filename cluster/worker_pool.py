@@ -17,6 +17,7 @@ Either setting given as ``RAY_<name>`` in the environment wins: Ray reads it its
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 IDLE_WORKER_KEEP_MS = 10 * 60 * 1000
@@ -26,3 +27,15 @@ def worker_pool_config() -> dict[str, Any]:
     """Ray system settings for the worker pool of a cluster started here (embedded or head)."""
     wanted = {"num_workers_soft_limit": 0, "idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS}
     return {name: value for name, value in wanted.items() if f"RAY_{name}" not in os.environ}
+
+
+def worker_processes_started() -> int | None:
+    """Worker processes the local raylet has started so far (it logs each start; actors count too),
+    or None when this process has no local node (a remote cluster)."""
+    import ray
+
+    node = ray._private.worker._global_node
+    if node is None:
+        return None
+    log = Path(node.get_session_dir_path()) / "logs" / "raylet.out"
+    return log.read_text(errors="replace").count("Started worker process") if log.exists() else None

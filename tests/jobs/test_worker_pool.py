@@ -24,22 +24,20 @@ RUNS = textwrap.dedent(
     import json, sys, time
     from pathlib import Path
 
-    import ray
-
     from cluster import connect
+    from cluster.worker_pool import worker_processes_started
     from jobs.preprocess.config import build_parser, resolve_config
     from jobs.preprocess.job import run
 
     inputs, output = sys.argv[1], Path(sys.argv[2])
     connect(None, num_cpus=2, include_dashboard=False)
-    raylet_log = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs" / "raylet.out"
 
     def started() -> int:
         # the raylet writes its log lines as they happen; wait until the count holds still
         counts = []
         while len(counts) < 3 or len(set(counts[-3:])) > 1:
             time.sleep(0.2)
-            counts.append(raylet_log.read_text().count("Started worker process"))
+            counts.append(worker_processes_started())
         return counts[-1]
 
     counts = []
