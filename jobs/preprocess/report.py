@@ -73,20 +73,23 @@ def render_markdown(summary: RunSummary, chart: str | None) -> str:
 
 
 def render_chart(steps: list[StepStats]) -> bytes | None:
-    """A horizontal bar chart of drops per (step, reason), PNG bytes; None when nothing was dropped."""
+    """A horizontal bar chart of drops per (step, reason), PNG bytes; None when nothing was dropped.
+
+    Drawn on a bare ``Figure`` with the Agg canvas, not through pyplot: the job runs inside callers'
+    processes (notebooks, services), whose matplotlib backend and open figures it must not touch."""
     bars = [(f"{s.step}: {r}", n) for s in steps for r, n in sorted(s.reasons.items()) if n]
     if not bars:
         return None
     import io
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     labels = [b[0] for b in bars][::-1]
     values = [b[1] for b in bars][::-1]
-    fig, ax = plt.subplots(figsize=(8, 0.4 * len(bars) + 1.2))
+    fig = Figure(figsize=(8, 0.4 * len(bars) + 1.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     ax.barh(labels, values, color="#4c72b0")
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:,}", va="center", fontsize=8)
@@ -96,7 +99,6 @@ def render_chart(steps: list[StepStats]) -> bytes | None:
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
     return buffer.getvalue()
 
 
