@@ -1,11 +1,11 @@
 """The preprocess bench's per-process counters (pure logic, no cluster): CPU, kernel CPU and minor
-page faults summed by kind of process since a snapshot."""
+page faults summed by kind of process since a snapshot; the reports' CPU kept apart from the driver's."""
 
 from __future__ import annotations
 
 import os
 
-from bench.preprocess_job import ClusterSampler
+from bench.preprocess_job import ClusterSampler, reports_timed
 
 
 def test_counters_are_summed_by_kind_since_the_snapshot():
@@ -30,3 +30,23 @@ def test_minor_faults_read_from_proc_and_none_for_a_missing_process():
     bytearray(32 << 20)  # touching fresh memory faults pages in
     assert ClusterSampler._minor_faults(os.getpid()) > mine
     assert ClusterSampler._minor_faults(2**22 + 12345) is None
+
+
+def test_the_reports_cpu_is_timed_apart_and_the_job_module_restored(tmp_path):
+    """The driver's CPU for the reports written after the timed data work is kept out of the job's."""
+    from collections import Counter
+
+    import pyarrow.fs
+
+    from jobs.preprocess import job
+    from jobs.preprocess.report import RunSummary
+    from twinkle_agentic.preprocessor.stats import StepStats
+
+    summary = RunSummary(str(tmp_path), 3, 2, 1, 1.0, [StepStats("read", 3, 2, 1, 0.0, Counter(malformed_json=1))])
+    original, cpu = job.write_reports, []
+    with reports_timed(cpu):
+        assert job.write_reports is not original
+        written = job.write_reports(summary, pyarrow.fs.LocalFileSystem(), str(tmp_path))
+    assert job.write_reports is original
+    assert sorted(p.rsplit("/", 1)[1] for p in written) == ["drop_reasons.png", "report.md", "stats.json"]
+    assert len(cpu) == 1 and cpu[0] > 0  # drawing a PNG takes CPU
