@@ -18,9 +18,11 @@ place. The bundled default puts it last (its comments say why); the seed documen
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from .config import PreprocessConfig
@@ -125,6 +127,19 @@ def exchange_strategy(current: Any, input_blocks: int) -> Any:
     if current == ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED or input_blocks >= PUSH_BASED_MIN_BLOCKS:
         return ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED
     return ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+
+
+@contextlib.contextmanager
+def context_settings(context: Any, **settings: Any) -> Iterator[None]:
+    """Set attributes of a Ray ``DataContext`` for the ``with`` block, then restore the caller's."""
+    saved = {name: getattr(context, name) for name in settings}
+    try:
+        for name, value in settings.items():
+            setattr(context, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(context, name, value)
 
 
 def input_blocks(sources: list[Source], block_bytes: int | None) -> int:
@@ -309,7 +324,6 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     filesystem, root = prepare_output(cfg.output, cfg.overwrite)
     cluster = connect(cfg.address, cfg.num_cpus)
     context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = cfg.progress
     cpus = cluster_cpus()
     partitions = cfg.dedup_partitions or default_partitions(cpus, estimated_total(sources))
     split = needs_split(sources, cpus)
@@ -323,19 +337,17 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     )
 
     start = time.perf_counter()
-    user_strategy = context.shuffle_strategy
-    context.shuffle_strategy = exchange_strategy(
-        user_strategy, input_blocks(sources, context.target_max_block_size)
-    )
+    strategy = exchange_strategy(context.shuffle_strategy, input_blocks(sources, context.target_max_block_size))
     run_id, uris = uuid.uuid4().hex[:12], [s.uri for s in sources]
     early_ledger = EarlyLedger(cfg.output, run_id, uris)
-    try:
-        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
-    finally:  # the dataset holds its own copy of the context; the caller's stays as it was
-        context.shuffle_strategy = user_strategy
-    sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
-    with short_run_scheduling():
-        ds.write_datasink(sink)
+    # The dataset copies the context when built; the progress bars Ray Data opens while it executes
+    # read the current one. Both settings last for this run only: the caller's datasets keep theirs.
+    with context_settings(context, enable_progress_bars=cfg.progress):
+        with context_settings(context, shuffle_strategy=strategy):
+            ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
+        sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
+        with short_run_scheduling():
+            ds.write_datasink(sink)
     seconds = time.perf_counter() - start
 
     result = sink.result or SinkResult()

@@ -176,3 +176,17 @@ def test_input_blocks_estimate_the_reads_output_in_blocks():
     assert input_blocks(plain, None) == 3  # Ray's default block size
     gzipped = [Source(0, "f.jsonl.gz", "jsonl", 100 * mib)]
     assert input_blocks(gzipped, 128 * mib) == 4  # ~500 MiB once decompressed
+
+
+def test_context_settings_hold_for_the_block_and_restore_the_callers_even_on_error():
+    from types import SimpleNamespace
+
+    from jobs.preprocess.job import context_settings
+
+    context = SimpleNamespace(enable_progress_bars=True, shuffle_strategy="hash")
+    with context_settings(context, enable_progress_bars=False, shuffle_strategy="sort"):
+        assert (context.enable_progress_bars, context.shuffle_strategy) == (False, "sort")
+    assert (context.enable_progress_bars, context.shuffle_strategy) == (True, "hash")
+    with pytest.raises(RuntimeError), context_settings(context, shuffle_strategy="sort"):
+        raise RuntimeError("a failed run")
+    assert context.shuffle_strategy == "hash"

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from job_data import read_outputs, reference_outputs
 
+import jobs.preprocess.job as job_module
 from jobs.preprocess import main
 from jobs.preprocess.config import PreprocessConfig, build_parser, resolve_config
 from jobs.preprocess.inprocess import run_in_process
@@ -169,8 +170,15 @@ def test_job_equals_one_process_run(
             ray.data.DataContext.get_current(), "shuffle_strategy", ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED
         )
     strategy_before = ray.data.DataContext.get_current().shuffle_strategy
+    monkeypatch.setattr(ray.data.DataContext.get_current(), "enable_progress_bars", True)
+    built = []
+    build = job_module.build
+    monkeypatch.setattr(job_module, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
     with caplog.at_level(logging.INFO, logger="jobs.preprocess.job"):
         assert main(argv) == 0
+    # --no-progress holds for the job's dataset only; the caller's context keeps its own settings
+    assert [ds.context.enable_progress_bars for ds in built] == [False]
+    assert ray.data.DataContext.get_current().enable_progress_bars is True
     if partitions is None:
         cpus = int(ray.cluster_resources()["CPU"])
         expected = default_partitions(cpus, input_bytes)
