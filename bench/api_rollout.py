@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.records import git_sha  # noqa: E402
+from bench.records import emit_record, git_sha  # noqa: E402
 from twinkle_agentic.protocol import OpenAI  # noqa: E402
 from twinkle_agentic.protocol.event_loops import EVENT_LOOPS  # noqa: E402
 from twinkle_agentic.protocol.local_server import free_port  # noqa: E402
@@ -199,10 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {"bench": "api_rollout", "git_sha": git_sha(), "cpus": os.cpu_count(),
               "load_avg_1m_before": load_before, "load_avg_1m": os.getloadavg()[0], "params": {k: str(v) for k, v in vars(args).items()},
               "results": results}
-    if args.record:
-        with open(args.record, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-    print(json.dumps(record))
+    emit_record(record, args.record)
     return 0
 
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import os
 import random
@@ -55,7 +54,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.records import git_sha  # noqa: E402
+from bench.records import emit_record, git_sha  # noqa: E402
 
 for _key, _value in {
     "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -448,10 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         "git_sha": git_sha(),
         "results": {"summary": summary, "rounds": rounds},
     }
-    print(json.dumps(record))
-    if args.json_out:
-        with open(args.json_out, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+    emit_record(record, args.json_out)
     return 0
 
 

@@ -12,10 +12,8 @@ Run: python bench/openenv_adapter.py [--steps 500] [--rounds 5] [--record FILE]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.records import emit_record, git_sha  # noqa: E402
 from twinkle_agentic.envs.openenv import OpenEnv  # noqa: E402
 from twinkle_agentic.envs.openenv_echo import scaffold_echo_env, start_echo_server  # noqa: E402
 from twinkle_agentic.protocol.local_server import free_port  # noqa: E402
@@ -88,16 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'client':<34}{'median steps/s':>16}{'vs openenv':>12}")
     for name, value in medians.items():
         print(f"{name:<34}{value:>16.0f}{value / medians['openenv']:>12.2f}")
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    record = {"bench": "openenv_adapter", "git_sha": sha, "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
+    record = {"bench": "openenv_adapter", "git_sha": git_sha(), "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
               "params": {"steps": args.steps, "rounds": args.rounds},
               "results": {name: {"median_steps_per_s": round(medians[name], 1), "runs": [round(v, 1) for v in values],
                                  "ratio_vs_openenv": round(medians[name] / medians["openenv"], 3)}
                           for name, values in runs.items()}}
-    if args.record:
-        with open(args.record, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-    print(json.dumps(record))
+    emit_record(record, args.record)
     return 0
 
 

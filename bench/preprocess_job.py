@@ -57,7 +57,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.records import git_sha  # noqa: E402
+from bench.records import emit_record, git_sha  # noqa: E402
 from cluster.worker_pool import worker_processes_started  # noqa: E402
 
 SHARDS = 16
@@ -716,10 +716,7 @@ def main(argv: list[str] | None = None) -> int:
         "git_sha": git_sha(),
         "results": results,
     }
-    print(json.dumps(record))
-    if args.record:
-        with open(args.record, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+    emit_record(record, args.record)
     return 0
 
 

@@ -1,7 +1,10 @@
-"""What every benchmark record carries besides its figures: the revision it measured."""
+"""What every benchmark record carries besides its figures (the revision it measured), and how it is
+printed and kept."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -16,3 +19,12 @@ def git_sha() -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def emit_record(record: dict, path: str | os.PathLike[str] | None) -> None:
+    """Print ``record`` as one JSON line and, when ``path`` is given, append that line to it."""
+    line = json.dumps(record)
+    print(line)
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")

@@ -16,7 +16,6 @@ median round per farm and the B/A ratio.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.records import git_sha  # noqa: E402
+from bench.records import emit_record, git_sha  # noqa: E402
 
 for _key, _value in {"TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}.items():
     os.environ.setdefault(_key, _value)
@@ -149,9 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         "git_sha": git_sha(),
         "results": {"startup_s": startup, "rounds": rounds, "median": median, "ratio_2_over_1": ratio},
     }
-    if args.json_out:
-        with open(args.json_out, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+    emit_record(record, args.json_out)
     return 0
 
 

@@ -18,7 +18,6 @@ of wall time between the engine, the tools and the rollout's own bookkeeping.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.records import git_sha  # noqa: E402
+from bench.records import emit_record, git_sha  # noqa: E402
 
 for _key, _value in {"VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1"}.items():
     os.environ.setdefault(_key, _value)
@@ -204,10 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         "git_sha": git_sha(),
         "results": {"overhead": part1, "with_tools": part2},
     }
-    print(json.dumps(record))
-    if args.json_out:
-        with open(args.json_out, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+    emit_record(record, args.json_out)
     return 0
 
 
