@@ -342,9 +342,8 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     early_ledger = EarlyLedger(cfg.output, run_id, uris)
     # The dataset copies the context when built; the progress bars Ray Data opens while it executes
     # read the current one. Both settings last for this run only: the caller's datasets keep theirs.
-    with context_settings(context, enable_progress_bars=cfg.progress):
-        with context_settings(context, shuffle_strategy=strategy):
-            ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
+    with context_settings(context, enable_progress_bars=cfg.progress, shuffle_strategy=strategy):
+        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
         sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
         with short_run_scheduling():
             ds.write_datasink(sink)
