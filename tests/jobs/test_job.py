@@ -258,6 +258,7 @@ def test_unreadable_files_stop_the_run_naming_them_or_become_drops(
     )
     message = captured.err.strip().splitlines()[-1]
     assert str(broken / "cut.") in message and "--unreadable-files drop" in message
+    assert not (tmp_path / "stopped" / "stats.json").exists()  # its presence marks a complete run
 
     argv += ["--output", str(tmp_path / "out"), "--unreadable-files", "drop"]
     assert main(argv) == 0
@@ -273,6 +274,24 @@ def test_unreadable_files_stop_the_run_naming_them_or_become_drops(
     assert cut_line > 1 and set(range(500_000, 500_000 + cut_line - 1)) <= read_ids
     read_step = out["stats"]["steps"][0]
     assert read_step["step"] == "read" and read_step["reasons"]["unreadable_file"] == 2
+
+
+def test_run_whose_counts_do_not_add_up_fails_without_reports(
+    ray_local, chat_inputs, tmp_path, monkeypatch, capsys
+):
+    """``stats.json`` marks a complete run (README): a run that fails its invariant check writes no
+    report, and the CLI says it failed."""
+    from jobs.preprocess import job as job_module
+
+    def lost_rows(result, stats):
+        raise job_module.InvariantError("kept 1 + dropped 1 != rows read 3")
+
+    monkeypatch.setattr(job_module, "check_invariants", lost_rows)
+    out = tmp_path / "out"
+    assert main(["--input", str(chat_inputs), "--output", str(out), "--no-progress"]) == 1
+    assert "run failed: InvariantError: kept 1 + dropped 1 != rows read 3" in capsys.readouterr().err
+    assert (out / "kept").is_dir()
+    assert not [p.name for p in out.iterdir() if p.is_file()]
 
 
 def test_overwrite_removes_only_the_previous_run(tmp_path):
