@@ -281,7 +281,6 @@ def test_run_whose_counts_do_not_add_up_fails_without_reports(
 ):
     """``stats.json`` marks a complete run (README): a run that fails its invariant check writes no
     report, and the CLI says it failed."""
-    from jobs.preprocess import job as job_module
 
     def lost_rows(result, stats):
         raise job_module.InvariantError("kept 1 + dropped 1 != rows read 3")
