@@ -6,8 +6,7 @@ the optional stacks (Presidio, spaCy, vLLM...) that some steps need.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from twinkle_agentic.lazy import lazy_exports
 
 _EXPORTS = {
     "QualityPreprocessor": ".quality",
@@ -34,14 +33,7 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:
