@@ -103,7 +103,9 @@ def render_chart(steps: list[StepStats]) -> bytes | None:
 
 
 def write_reports(summary: RunSummary, filesystem: Any, root: str) -> list[str]:
-    """Write stats.json, the chart and report.md into ``root``; returns the paths written."""
+    """Write the chart, report.md and, last, stats.json into ``root``; returns the paths written.
+
+    stats.json goes last so that its presence marks a run whose data and reports are all written."""
     import posixpath
 
     written = []
@@ -114,9 +116,9 @@ def write_reports(summary: RunSummary, filesystem: Any, root: str) -> list[str]:
             stream.write(data)
         written.append(path)
 
-    put(STATS_FILE, (json.dumps(summary.to_dict(), ensure_ascii=False, indent=2) + "\n").encode())
     chart = render_chart(summary.steps)
     if chart is not None:
         put(CHART_FILE, chart)
     put(REPORT_FILE, render_markdown(summary, CHART_FILE if chart else None).encode())
+    put(STATS_FILE, (json.dumps(summary.to_dict(), ensure_ascii=False, indent=2) + "\n").encode())
     return written

@@ -9,6 +9,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.fs
+import pytest
 from PIL import Image
 
 from jobs.preprocess.report import RunSummary, render_chart, render_markdown
@@ -57,3 +59,22 @@ def test_markdown_lists_every_step_with_reasons_by_count_and_links_the_chart():
     assert "| DedupFilter | 6 | 6 | 0 | 0.0 % | 0.01 | - |" in text
     assert "![drop reasons per step](drop_reasons.png)" in text
     assert "![" not in render_markdown(summary, None)
+
+
+def test_stats_json_is_written_last_so_a_failed_report_leaves_none(tmp_path, monkeypatch):
+    """stats.json marks a complete run (README): the chart and report.md come before it."""
+    from jobs.preprocess import report
+
+    summary = RunSummary(str(tmp_path), 10, 6, 4, 2.0, STEPS)
+    written = report.write_reports(summary, pyarrow.fs.LocalFileSystem(), str(tmp_path))
+    assert [Path(p).name for p in written] == ["drop_reasons.png", "report.md", "stats.json"]
+
+    def broken_markdown(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(report, "render_markdown", broken_markdown)
+    out = tmp_path / "second"
+    out.mkdir()
+    with pytest.raises(RuntimeError, match="disk full"):
+        report.write_reports(summary, pyarrow.fs.LocalFileSystem(), str(out))
+    assert (out / "drop_reasons.png").exists() and not (out / "stats.json").exists()
