@@ -1,4 +1,8 @@
-"""``twinkle-agentic preprocess``: exit 0 on success, 2 on bad config or input, 1 on a run failure."""
+"""``twinkle-agentic preprocess``: exit 0 on success, 2 on bad config or input, 1 on a run failure.
+
+Ctrl-C and SIGTERM (``ray job stop``) stop the run with a line saying so and exit 130 / 143; Ray's
+shutdown still runs. Such a run writes no ``stats.json``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,9 @@ import logging
 import sys
 import time
 import traceback
+from typing import Any
 
+from ..interrupt import INTERRUPTED, exit_code, sigterm_raises_exit
 from .config import build_parser, resolve_config
 from .sources import InputError, UnreadableInputError
 from .steps import ConfigError
@@ -63,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     _log_to_stderr()
     start = time.perf_counter()
     output = getattr(args, "output", "?")
+    with sigterm_raises_exit():
+        return _run(args, start, output)
+
+
+def _run(args: Any, start: float, output: str) -> int:
     try:
         cfg = resolve_config(args)
         output = cfg.output
@@ -82,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"preprocess: not started ({type(exc).__name__}); output: {output}")
         return 2
+    except INTERRUPTED as exc:
+        print(
+            f"preprocess: interrupted after {time.perf_counter() - start:.1f} s; the output holds no complete run "
+            f"(no stats.json), rerun with --overwrite; output: {output}"
+        )
+        return exit_code(exc)
     except Exception as exc:  # a run failure: report it, keep the exit code contract
         traceback.print_exc()
         print(f"{PROG}: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)

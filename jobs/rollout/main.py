@@ -7,13 +7,12 @@ journal, workers are shut down, and rerunning the same command resumes.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 import time
 import traceback
 from typing import Any
 
+from ..interrupt import INTERRUPTED, exit_code, sigterm_raises_exit
 from .config import ConfigError, RolloutJobConfig, build_parser, resolve_config
 
 PROG = "twinkle-agentic rollout"
@@ -54,17 +53,16 @@ def log_to_stderr() -> None:
             logger.setLevel(logging.INFO)
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log_to_stderr()
     start = time.perf_counter()
     output = getattr(args, "output", "?")
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    with sigterm_raises_exit():
+        return _run(args, start, output)
+
+
+def _run(args: Any, start: float, output: str) -> int:
     try:
         cfg = resolve_config(args)
         output = cfg.output
@@ -78,20 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {exc}", file=sys.stderr)
         print(f"rollout: not started ({type(exc).__name__}); output: {output}")
         return 2
-    except (KeyboardInterrupt, SystemExit) as exc:
-        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 130
+    except INTERRUPTED as exc:
         print(
             f"rollout: interrupted after {time.perf_counter() - start:.1f} s; rerun the same command to resume; "
             f"output: {output}"
         )
-        return code
+        return exit_code(exc)
     except Exception as exc:  # a run failure: report it, keep the exit code contract
         traceback.print_exc()
         print(f"{PROG}: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         print(f"rollout: FAILED after {time.perf_counter() - start:.1f} s; output: {output}")
         return 1
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
     print(summary.render())
     return 0

@@ -281,3 +281,17 @@ def test_percentiles_and_figures():
     assert figures["engine_idle_waiting_for_tools"] == 0.3 and figures["engine_busy_share"] == 0.6
     assert figures["worker_utilisation"] == 0.8 and figures["other_share"] == 0.1
     assert figures["tools"]["get_weather"] == {"calls": 4, "errors": 1, "p50_s": 0.02, "p99_s": 0.04}
+
+
+def test_an_interrupted_run_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    from jobs.rollout import job, main
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job, "run", interrupted)
+    output = tmp_path / "out"
+    argv = ["--config", str(DEMO_CONFIG), "--output", str(output), "--limit", "3", "--no-progress"]
+    assert main(argv) == 130
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("rollout: interrupted after ") and last.endswith(f"resume; output: {output}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from twinkle_agentic.preprocessor.base import Filter, Mapper
@@ -53,3 +54,19 @@ class LosesKeys:
 
     def __call__(self, rows):
         return [{"messages": r.get("messages")} for r in rows], []
+
+
+class StallsWhenRunning:
+    """Leaves a marker file when it gets its first batch, then holds it for ``stall_s`` seconds: a
+    run that is certainly under way, and cannot finish, when a test interrupts it."""
+
+    name = "StallsWhenRunning"
+
+    def __init__(self, marker_dir: str, stall_s: float = 300.0):
+        self.marker_dir = marker_dir
+        self.stall_s = stall_s
+
+    def __call__(self, rows):
+        Path(self.marker_dir, f"running-{os.getpid()}").write_text("running")
+        time.sleep(self.stall_s)
+        return rows, []
