@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from ..config_flags import add_field_flags, cli_fields, option
 from .sources import FORMATS, UNREADABLE_FAIL, UNREADABLE_MODES
 from .steps import ConfigError, StepSpec, parse_steps, positive_int
 
@@ -20,15 +21,11 @@ DEFAULT_PIPELINE = "default_pipeline.yaml"
 OUTPUT_FORMATS = ("jsonl", "parquet")
 
 
-def _opt(help_: str, **extra: Any) -> dict:
-    return {"help": help_, **extra}
-
-
 @dataclass
 class PreprocessConfig:
     inputs: list[str] = field(
         default_factory=list,
-        metadata=_opt(
+        metadata=option(
             "input files, directories, globs or pyarrow URIs (JSONL, optionally .gz, or Parquet)",
             flag="--input",
             metavar="PATH",
@@ -36,57 +33,59 @@ class PreprocessConfig:
             action="extend",
         ),
     )
-    output: str = field(default="", metadata=_opt("output directory (local path or URI)", metavar="DIR"))
+    output: str = field(default="", metadata=option("output directory (local path or URI)", metavar="DIR"))
     steps: list[StepSpec] = field(default_factory=list, metadata={"cli": False})
     input_format: str | None = field(
         default=None,
-        metadata=_opt("force the input format instead of guessing from file names", choices=FORMATS),
+        metadata=option("force the input format instead of guessing from file names", choices=FORMATS),
     )
     output_format: str = field(
         default="jsonl",
-        metadata=_opt("format of the kept rows (the drop ledger is always JSONL)", choices=OUTPUT_FORMATS),
+        metadata=option("format of the kept rows (the drop ledger is always JSONL)", choices=OUTPUT_FORMATS),
     )
     unreadable_files: str = field(
         default=UNREADABLE_FAIL,
-        metadata=_opt(
+        metadata=option(
             "a file that cannot be read to its end (truncated or corrupt compressed data, a damaged "
             "Parquet file, an I/O error): 'fail' stops the run naming it; 'drop' keeps the records "
             "before the break and records the rest as one unreadable_file drop",
             choices=UNREADABLE_MODES,
         ),
     )
-    batch_size: int = field(default=1024, metadata=_opt("rows per map_batches call (and per read block)"))
+    batch_size: int = field(default=1024, metadata=option("rows per map_batches call (and per read block)"))
     dedup_partitions: int | None = field(
         default=None,
-        metadata=_opt(
+        metadata=option(
             "hash partitions of the dedup exchange (default: 2 x cluster CPUs, at most 64, or one per "
             "512 MiB of input when that is more, rounded up to a multiple of the CPUs)"
         ),
     )
     read_concurrency: int | None = field(
         default=None,
-        metadata=_opt(
+        metadata=option(
             "read+filter tasks running at once (default: the cluster's CPUs when the job starts; set it "
             "to the largest size of an autoscaling cluster so added nodes take reads too)"
         ),
     )
     actors: int = field(
-        default=1, metadata=_opt("actor pool size of each model stage (steps with needs_actor)")
+        default=1, metadata=option("actor pool size of each model stage (steps with needs_actor)")
     )
     # Each write task gathers this many rows before it starts: the writes are the job's last step, and
     # with 200k a 200k-row input ended on one write task while the other CPUs idled.
-    rows_per_file: int = field(default=100_000, metadata=_opt("about how many rows each output file holds"))
+    rows_per_file: int = field(default=100_000, metadata=option("about how many rows each output file holds"))
     address: str | None = field(
         default=None,
-        metadata=_opt("Ray cluster address (default: RAY_ADDRESS, else an embedded local cluster)"),
+        metadata=option("Ray cluster address (default: RAY_ADDRESS, else an embedded local cluster)"),
     )
     num_cpus: int | None = field(
-        default=None, metadata=_opt("CPUs of the embedded local cluster (default: all)")
+        default=None, metadata=option("CPUs of the embedded local cluster (default: all)")
     )
     overwrite: bool = field(
-        default=False, metadata=_opt("replace the outputs of an earlier run in the output directory")
+        default=False, metadata=option("replace the outputs of an earlier run in the output directory")
     )
-    progress: bool = field(default=True, metadata=_opt("show Ray Data progress bars", negate="--no-progress"))
+    progress: bool = field(
+        default=True, metadata=option("hide Ray Data's progress bars", negate="--no-progress")
+    )
 
     def validate(self) -> PreprocessConfig:
         if not self.inputs:
@@ -114,10 +113,6 @@ class PreprocessConfig:
         return data
 
 
-def _fields() -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(PreprocessConfig) if f.metadata.get("cli", True)]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="twinkle-agentic preprocess",
@@ -132,21 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the resolved config and stage plan, run nothing"
     )
-    for f in _fields():
-        meta = dict(f.metadata)
-        flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
-        negate = meta.pop("negate", None)
-        kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": meta.pop("help")}
-        if f.type in ("bool", bool):
-            if negate:
-                parser.add_argument(negate, action="store_false", **kwargs)
-            else:
-                parser.add_argument(flag, action="store_true", **kwargs)
-            continue
-        if f.type in ("int", "int | None"):
-            kwargs["type"] = int
-        kwargs.update(meta)
-        parser.add_argument(flag, **kwargs)
+    add_field_flags(parser, PreprocessConfig)
     return parser
 
 
@@ -189,7 +170,7 @@ def resolve_config(args: argparse.Namespace) -> PreprocessConfig:
             values[name] = [_relative_to(base, p) for p in values[name]]
     if "output" in data:
         values["output"] = _relative_to(base, values["output"])
-    for f in _fields():
+    for f in cli_fields(PreprocessConfig):
         if hasattr(args, f.name):
             values[f.name] = getattr(args, f.name)
     try:

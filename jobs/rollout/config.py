@@ -17,6 +17,8 @@ from typing import Any
 from actors.config import EngineConfig, FarmConfigError, RolloutSpec
 from actors.driver import FarmOptions
 
+from ..config_flags import add_field_flags, cli_fields, option, yaml_only
+
 OUTPUT_FORMATS = ("jsonl", "parquet")
 DIGEST_SPAN = 1 << 20  # bytes read from each end of a weights file to tell checkpoints apart
 ENGINE_KEYS = tuple(f.name for f in dataclasses.fields(EngineConfig) if f.name not in ("model", "mode"))
@@ -39,14 +41,6 @@ ENV_KEYS = (
 
 class ConfigError(FarmConfigError):
     """The rollout job's configuration or input is invalid; the message names the setting and the fix."""
-
-
-def _opt(help_: str, **extra: Any) -> dict[str, Any]:
-    return {"help": help_, **extra}
-
-
-def _yaml_only(help_: str) -> dict[str, Any]:
-    return {"help": help_, "cli": False}
 
 
 @dataclass
@@ -85,91 +79,91 @@ class EnvServerSpec:
 class RolloutJobConfig:
     model: str | None = field(
         default=None,
-        metadata=_opt("model directory or hub id (default: the bundled tiny model)", metavar="PATH"),
+        metadata=option("model directory or hub id (default: the bundled tiny model)", metavar="PATH"),
     )
     prompts: str = field(
-        default="", metadata=_opt("prompts file: JSONL (optionally .gz) or Parquet", metavar="PATH")
+        default="", metadata=option("prompts file: JSONL (optionally .gz) or Parquet", metavar="PATH")
     )
     output: str = field(
-        default="", metadata=_opt("output directory (journal, trajectories, summary)", metavar="DIR")
+        default="", metadata=option("output directory (journal, trajectories, summary)", metavar="DIR")
     )
     output_format: str = field(
         default="jsonl",
-        metadata=_opt(
+        metadata=option(
             "format of the final trajectories file (the resumable journal is always JSONL)",
             choices=OUTPUT_FORMATS,
         ),
     )
-    limit: int | None = field(default=None, metadata=_opt("roll out only the first N prompts"))
-    samples_per_prompt: int = field(default=1, metadata=_opt("trajectories per prompt (e.g. a GRPO group)"))
+    limit: int | None = field(default=None, metadata=option("roll out only the first N prompts"))
+    samples_per_prompt: int = field(default=1, metadata=option("trajectories per prompt (e.g. a GRPO group)"))
     mode: str = field(
         default="sync",
-        metadata=_opt(
+        metadata=option(
             "rollout mode of the workers: sync (turn-synchronous), async (per trajectory), or module:Class"
         ),
     )
     mode_options: dict[str, Any] = field(
         default_factory=dict,
-        metadata=_yaml_only(
+        metadata=yaml_only(
             "options of the mode (async: tool_limits, default_tool_limit, parallel_tool_calls, failure_policy)"
         ),
     )
     engines: int = field(
-        default=1, metadata=_opt("number of engines (rollout workers, one vLLM engine each)")
+        default=1, metadata=option("number of engines (rollout workers, one vLLM engine each)")
     )
     engine: dict[str, Any] = field(
         default_factory=dict,
-        metadata=_yaml_only(f"per-engine settings and resources: {', '.join(ENGINE_KEYS)}"),
+        metadata=yaml_only(f"per-engine settings and resources: {', '.join(ENGINE_KEYS)}"),
     )
     sampling: dict[str, Any] = field(
         default_factory=lambda: {"temperature": 0.0, "max_tokens": 128},
-        metadata=_yaml_only("SamplingParams fields"),
+        metadata=yaml_only("SamplingParams fields"),
     )
-    max_turns: int = field(default=6, metadata=_opt("assistant turns per trajectory"))
-    max_trajectory_tokens: int | None = field(default=None, metadata=_opt("token budget per trajectory"))
-    template: dict[str, Any] = field(default_factory=dict, metadata=_yaml_only("Template options"))
-    tools: list[ToolServerSpec] = field(default_factory=list, metadata=_yaml_only("tool servers"))
-    envs: list[EnvServerSpec] = field(default_factory=list, metadata=_yaml_only("env servers"))
-    batch_size: int = field(default=8, metadata=_opt("trajectories per worker call"))
-    inflight_per_worker: int = field(default=2, metadata=_opt("batches queued per worker"))
-    tool_concurrency: int = field(default=8, metadata=_opt("tool calls a worker runs at once"))
-    ready_timeout_s: float = field(default=900.0, metadata=_opt("how long an engine may take to start"))
+    max_turns: int = field(default=6, metadata=option("assistant turns per trajectory"))
+    max_trajectory_tokens: int | None = field(default=None, metadata=option("token budget per trajectory"))
+    template: dict[str, Any] = field(default_factory=dict, metadata=yaml_only("Template options"))
+    tools: list[ToolServerSpec] = field(default_factory=list, metadata=yaml_only("tool servers"))
+    envs: list[EnvServerSpec] = field(default_factory=list, metadata=yaml_only("env servers"))
+    batch_size: int = field(default=8, metadata=option("trajectories per worker call"))
+    inflight_per_worker: int = field(default=2, metadata=option("batches queued per worker"))
+    tool_concurrency: int = field(default=8, metadata=option("tool calls a worker runs at once"))
+    ready_timeout_s: float = field(default=900.0, metadata=option("how long an engine may take to start"))
     batch_timeout_s: float | None = field(
-        default=None, metadata=_opt("restart a worker stuck on one batch this long")
+        default=None, metadata=option("restart a worker stuck on one batch this long")
     )
-    max_worker_restarts: int = field(default=3, metadata=_opt("replacements per worker slot"))
+    max_worker_restarts: int = field(default=3, metadata=option("replacements per worker slot"))
     max_batch_attempts: int = field(
-        default=3, metadata=_opt("failures a batch may cause before its trajectories end in error")
+        default=3, metadata=option("failures a batch may cause before its trajectories end in error")
     )
     verify_tokens: bool = field(
         default=True,
-        metadata=_opt(
+        metadata=option(
             "skip re-rendering each trajectory to measure token_drift", negate="--no-verify-tokens"
         ),
     )
     serve_host: str = field(
-        default="127.0.0.1", metadata=_opt("Serve HTTP host (set a token_env before 0.0.0.0)")
+        default="127.0.0.1", metadata=option("Serve HTTP host (set a token_env before 0.0.0.0)")
     )
     serve_port: int | None = field(
         default=None,
-        metadata=_opt("Serve HTTP port (default: a free port on an embedded cluster, else 8000)"),
+        metadata=option("Serve HTTP port (default: a free port on an embedded cluster, else 8000)"),
     )
     deploy_timeout_s: float = field(
-        default=180.0, metadata=_opt("how long the tool/env apps may take to come up")
+        default=180.0, metadata=option("how long the tool/env apps may take to come up")
     )
     keep_services: bool = field(
-        default=False, metadata=_opt("leave the deployed tool/env apps running at the end")
+        default=False, metadata=option("leave the deployed tool/env apps running at the end")
     )
     address: str | None = field(
         default=None,
-        metadata=_opt("Ray cluster address (default: RAY_ADDRESS, else an embedded local cluster)"),
+        metadata=option("Ray cluster address (default: RAY_ADDRESS, else an embedded local cluster)"),
     )
-    num_cpus: int | None = field(default=None, metadata=_opt("logical CPUs of the embedded local cluster"))
+    num_cpus: int | None = field(default=None, metadata=option("logical CPUs of the embedded local cluster"))
     worker_logs: bool = field(
-        default=False, metadata=_opt("stream the workers' (engines') logs to this console")
+        default=False, metadata=option("stream the workers' (engines') logs to this console")
     )
-    overwrite: bool = field(default=False, metadata=_opt("discard an earlier run in the output directory"))
-    progress: bool = field(default=True, metadata=_opt("show a progress bar", negate="--no-progress"))
+    overwrite: bool = field(default=False, metadata=option("discard an earlier run in the output directory"))
+    progress: bool = field(default=True, metadata=option("hide the progress bar", negate="--no-progress"))
 
     # -- derived objects -----------------------------------------------------------------------------
 
@@ -307,10 +301,6 @@ def _check_int(name: str, value: Any) -> None:
 # -- YAML and flags ---------------------------------------------------------------------------------------
 
 
-def _cli_fields() -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(RolloutJobConfig) if f.metadata.get("cli", True)]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="twinkle-agentic rollout",
@@ -325,20 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the resolved config and plan, run nothing"
     )
-    for f in _cli_fields():
-        meta = dict(f.metadata)
-        flag = "--" + f.name.replace("_", "-")
-        negate = meta.pop("negate", None)
-        kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": meta.pop("help")}
-        if f.type in ("bool", bool):
-            parser.add_argument(negate or flag, action="store_false" if negate else "store_true", **kwargs)
-            continue
-        if "int" in str(f.type):
-            kwargs["type"] = int
-        elif "float" in str(f.type):
-            kwargs["type"] = float
-        kwargs.update(meta)
-        parser.add_argument(flag, **kwargs)
+    add_field_flags(parser, RolloutJobConfig)
     return parser
 
 
@@ -401,7 +378,7 @@ def resolve_config(args: argparse.Namespace) -> RolloutJobConfig:
     flag paths to the working directory."""
     path = getattr(args, "config", None)
     data = resolve_paths(load_yaml(path), os.path.dirname(os.path.abspath(path))) if path else {}
-    for f in _cli_fields():
+    for f in cli_fields(RolloutJobConfig):
         if hasattr(args, f.name):
             data[f.name] = getattr(args, f.name)
     return config_from_mapping(data, path or "command line").validate()
