@@ -1,23 +1,17 @@
-"""``twinkle-agentic preprocess``: exit 0 on success, 2 on bad config or input, 1 on a run failure.
-
-Ctrl-C and SIGTERM (``ray job stop``) stop the run with a line saying so and exit 130 / 143; Ray's
-shutdown still runs. Such a run writes no ``stats.json``.
+"""``twinkle-agentic preprocess``: ends as every job CLI does (:mod:`jobs.command`): exit 0 on success,
+2 on bad config or input, 1 on a run failure, 130 / 143 on Ctrl-C / SIGTERM (``ray job stop``), each
+with a last line on stdout. An interrupted run writes no ``stats.json``.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import time
-import traceback
-from typing import Any
 
-from ..interrupt import INTERRUPTED, exit_code, sigterm_raises_exit
+from ..command import JobCommand
 from .config import build_parser, resolve_config
 from .sources import InputError, UnreadableInputError
 from .steps import ConfigError
-
-PROG = "twinkle-agentic preprocess"
 
 
 def dry_run(cfg) -> None:
@@ -64,45 +58,28 @@ def _log_to_stderr() -> None:
         logger.setLevel(logging.INFO)
 
 
+def user_error(exc: Exception, seconds: float) -> tuple[Exception, str] | None:
+    """Bad config or input, as the driver or a read task raised it: what to print, and the run's line."""
+    if not isinstance(exc, (ConfigError, InputError)):
+        return None
+    exc = raised_in_worker(exc)
+    if isinstance(exc, UnreadableInputError):  # found by a read task, while the run was going
+        return exc, f"stopped on an unreadable input after {seconds:.1f} s"
+    return exc, f"not started ({type(exc).__name__})"
+
+
+COMMAND = JobCommand(
+    name="preprocess",
+    resolve=resolve_config,
+    dry_run=dry_run,
+    run="jobs.preprocess.job:run",
+    render=lambda summary: summary.line(),
+    user_error=user_error,
+    if_interrupted="the output holds no complete run (no stats.json), rerun with --overwrite",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _log_to_stderr()
-    start = time.perf_counter()
-    output = getattr(args, "output", "?")
-    with sigterm_raises_exit():
-        return _run(args, start, output)
-
-
-def _run(args: Any, start: float, output: str) -> int:
-    try:
-        cfg = resolve_config(args)
-        output = cfg.output
-        if args.dry_run:
-            dry_run(cfg)
-            return 0
-        from .job import run
-
-        summary = run(cfg)
-    except (ConfigError, InputError) as exc:
-        exc = raised_in_worker(exc)
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        if isinstance(exc, UnreadableInputError):  # found by a read task, while the run was going
-            print(
-                f"preprocess: stopped on an unreadable input after {time.perf_counter() - start:.1f} s; output: {output}"
-            )
-        else:
-            print(f"preprocess: not started ({type(exc).__name__}); output: {output}")
-        return 2
-    except INTERRUPTED as exc:
-        print(
-            f"preprocess: interrupted after {time.perf_counter() - start:.1f} s; the output holds no complete run "
-            f"(no stats.json), rerun with --overwrite; output: {output}"
-        )
-        return exit_code(exc)
-    except Exception as exc:  # a run failure: report it, keep the exit code contract
-        traceback.print_exc()
-        print(f"{PROG}: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        print(f"preprocess: FAILED after {time.perf_counter() - start:.1f} s; output: {output}")
-        return 1
-    print(summary.line())
-    return 0
+    return COMMAND(args)

@@ -1,21 +1,16 @@
-"""``twinkle-agentic rollout``: exit 0 on success, 2 on bad config or input, 1 on a run failure.
+"""``twinkle-agentic rollout``: ends as every job CLI does (:mod:`jobs.command`): exit 0 on success,
+2 on bad config or input, 1 on a run failure, 130 / 143 on Ctrl-C / SIGTERM (``ray job stop``).
 
-SIGTERM (``ray job stop``) and Ctrl-C stop the run cleanly: finished batches are already in the
-journal, workers are shut down, and rerunning the same command resumes.
+An interrupted run stops cleanly: finished batches are already in the journal, workers are shut
+down, and rerunning the same command resumes.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
-import time
-import traceback
-from typing import Any
 
-from ..interrupt import INTERRUPTED, exit_code, sigterm_raises_exit
+from ..command import JobCommand
 from .config import ConfigError, RolloutJobConfig, build_parser, resolve_config
-
-PROG = "twinkle-agentic rollout"
 
 
 def dry_run(cfg: RolloutJobConfig) -> None:
@@ -53,39 +48,22 @@ def log_to_stderr() -> None:
             logger.setLevel(logging.INFO)
 
 
+def user_error(exc: Exception, seconds: float) -> tuple[Exception, str] | None:
+    return (exc, f"not started ({type(exc).__name__})") if isinstance(exc, ConfigError) else None
+
+
+COMMAND = JobCommand(
+    name="rollout",
+    resolve=resolve_config,
+    dry_run=dry_run,
+    run="jobs.rollout.job:run",
+    render=lambda summary: summary.render(),
+    user_error=user_error,
+    if_interrupted="rerun the same command to resume",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log_to_stderr()
-    start = time.perf_counter()
-    output = getattr(args, "output", "?")
-    with sigterm_raises_exit():
-        return _run(args, start, output)
-
-
-def _run(args: Any, start: float, output: str) -> int:
-    try:
-        cfg = resolve_config(args)
-        output = cfg.output
-        if args.dry_run:
-            dry_run(cfg)
-            return 0
-        from .job import run
-
-        summary = run(cfg)
-    except ConfigError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        print(f"rollout: not started ({type(exc).__name__}); output: {output}")
-        return 2
-    except INTERRUPTED as exc:
-        print(
-            f"rollout: interrupted after {time.perf_counter() - start:.1f} s; rerun the same command to resume; "
-            f"output: {output}"
-        )
-        return exit_code(exc)
-    except Exception as exc:  # a run failure: report it, keep the exit code contract
-        traceback.print_exc()
-        print(f"{PROG}: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        print(f"rollout: FAILED after {time.perf_counter() - start:.1f} s; output: {output}")
-        return 1
-    print(summary.render())
-    return 0
+    return COMMAND(args)

@@ -1,0 +1,77 @@
+"""What the job CLIs share: how a run ends, and what it prints and exits with.
+
+Every outcome ends with one line on stdout that starts with the job's name and names the output:
+
+- success: exit 0 and the run's summary;
+- bad config or input (an error the job recognises as the user's): exit 2, the error on stderr;
+- Ctrl-C or SIGTERM (``ray job stop``): exit 130 / 143 and how long it ran (see :mod:`.interrupt`);
+- anything else (a run failure): exit 1, with the traceback on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .interrupt import INTERRUPTED, exit_code, sigterm_raises_exit
+
+
+@dataclass(frozen=True)
+class JobCommand:
+    """One job CLI. ``run`` names the job's run function as ``"module:function"``, imported only when a
+    run starts (so ``--help`` and config errors never import Ray); ``user_error`` maps an exception to
+    ``(error to print, stdout line)`` when it is bad config or input, else None; ``if_interrupted``
+    tells what to do with the output after an interrupt."""
+
+    name: str
+    resolve: Callable[[argparse.Namespace], Any]
+    dry_run: Callable[[Any], None]
+    run: str
+    render: Callable[[Any], str]
+    user_error: Callable[[Exception, float], tuple[Exception, str] | None]
+    if_interrupted: str
+
+    @property
+    def prog(self) -> str:
+        return f"twinkle-agentic {self.name}"
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        start = time.perf_counter()
+        output = getattr(args, "output", "?")
+        with sigterm_raises_exit():
+            try:
+                cfg = self.resolve(args)
+                output = cfg.output
+                if args.dry_run:
+                    self.dry_run(cfg)
+                    return 0
+                module, _, function = self.run.partition(":")
+                summary = getattr(importlib.import_module(module), function)(cfg)
+            except INTERRUPTED as exc:
+                seconds = time.perf_counter() - start
+                print(
+                    f"{self.name}: interrupted after {seconds:.1f} s; {self.if_interrupted}; output: {output}"
+                )
+                return exit_code(exc)
+            except Exception as exc:
+                return self._failed(exc, time.perf_counter() - start, output)
+        print(self.render(summary))
+        return 0
+
+    def _failed(self, exc: Exception, seconds: float, output: str) -> int:
+        known = self.user_error(exc, seconds)
+        if known is not None:
+            error, line = known
+            print(f"{self.prog}: {error}", file=sys.stderr)
+            print(f"{self.name}: {line}; output: {output}")
+            return 2
+        traceback.print_exception(exc)
+        print(f"{self.prog}: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{self.name}: FAILED after {seconds:.1f} s; output: {output}")
+        return 1
