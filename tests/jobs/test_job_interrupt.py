@@ -59,11 +59,13 @@ def test_interrupted_run_says_so_and_leaves_no_stats_or_processes(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
+    _, alive = psutil.wait_procs(ray_processes, timeout=60)
+    for survivor in alive:  # stopped here whatever the verdict, so a failure leaks no process
+        survivor.kill()
     lines = stdout.read_text().strip().splitlines()
     assert code == expected_code, stderr.read_text()[-4000:]
     assert lines and lines[-1].startswith("preprocess: interrupted after "), lines[-3:]
     assert lines[-1].endswith(f"rerun with --overwrite; output: {out}")
     assert "Traceback" not in stderr.read_text()
     assert not (out / "stats.json").exists() and not (out / "report.md").exists()
-    _, alive = psutil.wait_procs(ray_processes, timeout=60)
-    assert not alive, alive
+    assert not alive, alive  # the embedded cluster ended with its driver
