@@ -152,13 +152,14 @@ def input_blocks(sources: list[Source], block_bytes: int | None) -> int:
     return -(-estimated_total(sources) // (block_bytes or DEFAULT_TARGET_MAX_BLOCK_SIZE))
 
 
-def stage_adapter(stage: Stage, steps: list[Any], names: list[str]) -> StageAdapter:
+def stage_adapter(stage: Stage, steps: list[Any], names: list[str], sources: list[Source]) -> StageAdapter:
     return StageAdapter(
         [steps[p] for p in stage.positions],
         stage.positions,
         [names[p] for p in stage.positions],
         parse=stage.parse,
         dedup=stage.dedup_next,
+        uris=[s.uri for s in sources],
     )
 
 
@@ -195,7 +196,7 @@ def build(
         fused = RecordDatasource(
             sources,
             first_batch,
-            transform=stage_adapter(stages[0], steps, names),
+            transform=stage_adapter(stages[0], steps, names, sources),
             unreadable=unreadable,
             ledger=ledger,
         )
@@ -220,7 +221,7 @@ def build(
                 batch_format="pyarrow",
             )
             continue
-        adapter = stage_adapter(stage, steps, names)
+        adapter = stage_adapter(stage, steps, names, sources)
         batch_size = stage.batch_size or cfg.batch_size
         if stage.kind == "actor":
             ds = ds.map_batches(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from twinkle_agentic.preprocessor.batch import gc_paused, to_rows
@@ -44,6 +45,29 @@ ROW_ID_KEY = "__twinkle_row_id__"
 READ_POSITION = -1
 
 
+class StepFailedError(RuntimeError):
+    """A step raised on a batch: names the step, its error and the input lines of the batch's first and
+    last rows, so a failing run says which rows to look at (the step's traceback comes with it)."""
+
+    def __init__(self, step: str, error: str, rows: int, first: str, last: str):
+        self.step, self.error, self.rows, self.first, self.last = step, error, rows, first, last
+        super().__init__(f"step {step!r} raised {error} on a batch of {rows} rows, from {first} to {last}")
+
+    @classmethod
+    def during(cls, step: str, error: Exception, rows: list, uris: Sequence[str]) -> StepFailedError:
+        ids = [row.get(ROW_ID_KEY) for row in rows if isinstance(row, dict)]
+        ids = [i for i in ids if isinstance(i, int)] or [-1]
+
+        def where(order: int) -> str:
+            src, line = order >> LINE_BITS, order & MAX_LINE
+            return f"{uris[src] if 0 <= src < len(uris) else f'input #{src}'} line {line}"
+
+        return cls(step, f"{type(error).__name__}: {error}", len(rows), where(min(ids)), where(max(ids)))
+
+    def __reduce__(self) -> tuple:  # Ray ships it from the worker to the driver
+        return StepFailedError, (self.step, self.error, self.rows, self.first, self.last)
+
+
 def stats_record(position: int, stats: StepStats) -> dict:
     return {"position": position, **stats.to_dict()}
 
@@ -66,6 +90,7 @@ class StageAdapter:
         *,
         parse: bool = False,
         dedup: Any = None,
+        uris: Sequence[str] = (),
     ):
         if not (len(steps) == len(positions) == len(names)):
             raise ValueError("steps, positions and names must have the same length")
@@ -74,6 +99,7 @@ class StageAdapter:
         self.names = list(names)
         self.parse = parse
         self.dedup = dedup
+        self.uris = tuple(uris)  # the input files, by index: named when a step fails
 
     def output_schema(self) -> Any:
         return frame_schema(self.dedup is not None)
@@ -158,7 +184,10 @@ class StageAdapter:
                 records.append(stats_record(position, StepStats(name)))
                 continue
             start = time.perf_counter()
-            result = step(rows)
+            try:
+                result = step(rows)
+            except Exception as exc:
+                raise StepFailedError.during(name, exc, rows, self.uris) from exc
             seconds = time.perf_counter() - start
             if not (isinstance(result, tuple) and len(result) == 2):
                 raise StepContractError(name, f"returned {type(result).__name__}, not a 2-tuple")

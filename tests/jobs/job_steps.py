@@ -70,3 +70,12 @@ class StallsWhenRunning:
         Path(self.marker_dir, f"running-{os.getpid()}").write_text("running")
         time.sleep(self.stall_s)
         return rows, []
+
+
+class Explodes:
+    """A buggy step: raises on any batch."""
+
+    name = "Explodes"
+
+    def __call__(self, rows):
+        raise ValueError("cannot handle these rows")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -291,6 +292,26 @@ def test_run_whose_counts_do_not_add_up_fails_without_reports(
     assert "run failed: InvariantError: kept 1 + dropped 1 != rows read 3" in capsys.readouterr().err
     assert (out / "kept").is_dir()
     assert not [p.name for p in out.iterdir() if p.is_file()]
+
+
+def test_a_step_that_raises_fails_the_run_naming_the_step_and_input_lines(
+    ray_local, chat_inputs, tmp_path, capsys
+):
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(yaml.safe_dump({"steps": ["HardFilter", "job_steps:Explodes"]}))
+    out = tmp_path / "out"
+    argv = ["--input", str(chat_inputs), "--output", str(out), "--config", str(config), "--no-progress"]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out.strip().splitlines()[-1].startswith("preprocess: FAILED after ")
+    failure = re.search(
+        r"StepFailedError: step 'Explodes' raised ValueError: cannot handle these rows on a batch of \d+ rows, "
+        r"from (\S+) line \d+ to (\S+) line \d+",
+        captured.err,
+    )
+    assert failure, captured.err[-3000:]
+    assert {Path(failure[1]).parent, Path(failure[2]).parent} == {chat_inputs}
+    assert not (out / "stats.json").exists()
 
 
 def test_overwrite_removes_only_the_previous_run(tmp_path):

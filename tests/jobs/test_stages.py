@@ -25,7 +25,7 @@ from jobs.preprocess.frame import (
     read_schema,
 )
 from jobs.preprocess.job import partition_bounds
-from jobs.preprocess.stages import StageAdapter, mark_duplicates
+from jobs.preprocess.stages import StageAdapter, StepFailedError, mark_duplicates
 from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps, plan_stages
 from twinkle_agentic.preprocessor import DedupFilter, HardFilter
 from twinkle_agentic.preprocessor.quality import StepContractError
@@ -115,6 +115,27 @@ def test_step_contract_violations_name_the_step():
 
     with pytest.raises(StepContractError, match="not_a_tuple"):
         StageAdapter([not_a_tuple], [0], ["not_a_tuple"], parse=True)(table)
+
+
+def test_a_step_that_raises_is_named_with_the_input_lines_of_its_batch():
+    import pickle
+
+    row = {"messages": [{"role": "user", "content": "hello there"}]}
+    lines = [b"{broken"] + [json.dumps({"id": i, **row}).encode() for i in range(2, 6)]
+
+    def explodes(rows):
+        raise KeyError("tool_calls")
+
+    names = ["ShoutMapper", "explodes"]
+    adapter = StageAdapter([ShoutMapper(), explodes], [0, 1], names, parse=True, uris=["a", "b"])
+    with pytest.raises(StepFailedError) as failed:
+        adapter(raw_table(lines, src=1))
+    message = str(failed.value)
+    assert message == (
+        "step 'explodes' raised KeyError: 'tool_calls' on a batch of 4 rows, from b line 2 to b line 5"
+    )
+    assert isinstance(failed.value.__cause__, KeyError)  # the step's own traceback comes with it
+    assert str(pickle.loads(pickle.dumps(failed.value))) == message  # as Ray ships it to the driver
 
 
 def test_warmup_loads_models_of_the_stage(tmp_path):
