@@ -54,15 +54,21 @@ class StepFailedError(RuntimeError):
         super().__init__(f"step {step!r} raised {error} on a batch of {rows} rows, from {first} to {last}")
 
     @classmethod
-    def during(cls, step: str, error: Exception, rows: list, uris: Sequence[str]) -> StepFailedError:
+    def during(
+        cls, step: str, error: Exception, rows: list, size: int, uris: Sequence[str]
+    ) -> StepFailedError:
+        """``rows`` as the step left them (it may have changed the list); ``size`` as it got them."""
         ids = [row.get(ROW_ID_KEY) for row in rows if isinstance(row, dict)]
-        ids = [i for i in ids if isinstance(i, int)] or [-1]
+        ids = [i for i in ids if isinstance(i, int)]
 
-        def where(order: int) -> str:
+        def where(order: int | None) -> str:
+            if order is None:  # the step took the ids off the rows before it raised
+                return "unknown lines"
             src, line = order >> LINE_BITS, order & MAX_LINE
             return f"{uris[src] if 0 <= src < len(uris) else f'input #{src}'} line {line}"
 
-        return cls(step, f"{type(error).__name__}: {error}", len(rows), where(min(ids)), where(max(ids)))
+        first, last = (min(ids), max(ids)) if ids else (None, None)
+        return cls(step, f"{type(error).__name__}: {error}", size, where(first), where(last))
 
     def __reduce__(self) -> tuple:  # Ray ships it from the worker to the driver
         return StepFailedError, (self.step, self.error, self.rows, self.first, self.last)
@@ -187,7 +193,7 @@ class StageAdapter:
             try:
                 result = step(rows)
             except Exception as exc:
-                raise StepFailedError.during(name, exc, rows, self.uris) from exc
+                raise StepFailedError.during(name, exc, rows, before, self.uris) from exc
             seconds = time.perf_counter() - start
             if not (isinstance(result, tuple) and len(result) == 2):
                 raise StepContractError(name, f"returned {type(result).__name__}, not a 2-tuple")

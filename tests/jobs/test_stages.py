@@ -137,6 +137,13 @@ def test_a_step_that_raises_is_named_with_the_input_lines_of_its_batch():
     assert isinstance(failed.value.__cause__, KeyError)  # the step's own traceback comes with it
     assert str(pickle.loads(pickle.dumps(failed.value))) == message  # as Ray ships it to the driver
 
+    def strips_and_explodes(rows):
+        rows.clear()
+        raise KeyError("tool_calls")
+
+    with pytest.raises(StepFailedError, match="on a batch of 4 rows, from unknown lines to unknown lines"):
+        StageAdapter([strips_and_explodes], [0], ["strips"], parse=True)(raw_table(lines))
+
 
 def test_warmup_loads_models_of_the_stage(tmp_path):
     step = ModelStep(str(tmp_path))
