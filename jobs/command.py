@@ -24,15 +24,15 @@ from .interrupt import INTERRUPTED, exit_code, sigterm_raises_exit
 
 @dataclass(frozen=True)
 class JobCommand:
-    """One job CLI. ``run`` names the job's run function as ``"module:function"``, imported only when a
-    run starts (so ``--help`` and config errors never import Ray); ``user_error`` maps an exception to
+    """One job CLI. ``job`` names the module whose ``run(cfg)`` runs the job, imported only when a run
+    starts (so ``--help`` and config errors never import Ray); ``user_error`` maps an exception to
     ``(error to print, stdout line)`` when it is bad config or input, else None; ``if_interrupted``
     tells what to do with the output after an interrupt."""
 
     name: str
     resolve: Callable[[argparse.Namespace], Any]
     dry_run: Callable[[Any], None]
-    run: str
+    job: str
     render: Callable[[Any], str]
     user_error: Callable[[Exception, float], tuple[Exception, str] | None]
     if_interrupted: str
@@ -51,8 +51,7 @@ class JobCommand:
                 if args.dry_run:
                     self.dry_run(cfg)
                     return 0
-                module, _, function = self.run.partition(":")
-                summary = getattr(importlib.import_module(module), function)(cfg)
+                summary = importlib.import_module(self.job).run(cfg)
             except INTERRUPTED as exc:
                 seconds = time.perf_counter() - start
                 print(
