@@ -29,6 +29,7 @@ from .config import PreprocessConfig
 from .frame import DPART, PART_SPACE, READ_STEP
 from .ray_tuning import short_run_scheduling
 from .report import RunSummary, write_reports
+from .shared_storage import remove_marker, stale_markers, write_marker
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
 from .sources import UNREADABLE_FILE, Source, expand_inputs
 from .stages import READ_POSITION, StageAdapter, mark_duplicates
@@ -237,7 +238,8 @@ def build(
 
 
 def prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
-    """Refuse to mix with an earlier run's files unless ``overwrite``; then clear only our outputs."""
+    """Refuse to mix with an earlier run's files unless ``overwrite``; then clear only our outputs
+    (a killed run's storage marker among them)."""
     from pyarrow import fs
 
     from .report import CHART_FILE, REPORT_FILE, STATS_FILE
@@ -256,6 +258,8 @@ def prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
     present = [
         p for p, i in zip(ours, filesystem.get_file_info(ours), strict=True) if i.type != fs.FileType.NotFound
     ]
+    if info.type == fs.FileType.Directory:
+        present += stale_markers(filesystem, root)
     if present and not overwrite:
         raise ConfigError(
             f"output directory {output!r} already holds a run ({present[0]}); pass --overwrite to replace it"
@@ -341,13 +345,20 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     strategy = exchange_strategy(context.shuffle_strategy, input_blocks(sources, context.target_max_block_size))
     run_id, uris = uuid.uuid4().hex[:12], [s.uri for s in sources]
     early_ledger = EarlyLedger(cfg.output, run_id, uris)
-    # The dataset copies the context when built; the progress bars Ray Data opens while it executes
-    # read the current one. Both settings last for this run only: the caller's datasets keep theirs.
-    with context_settings(context, enable_progress_bars=cfg.progress, shuffle_strategy=strategy):
-        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
-        sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
-        with short_run_scheduling():
-            ds.write_datasink(sink)
+    # Every task that writes checks for this marker: the output folder must be the same on each node.
+    write_marker(filesystem, root, run_id)
+    try:
+        # The dataset copies the context when built; the progress bars Ray Data opens while it
+        # executes read the current one. Both settings last for this run only: the caller's datasets
+        # keep theirs.
+        with context_settings(context, enable_progress_bars=cfg.progress, shuffle_strategy=strategy):
+            ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
+            sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
+            with short_run_scheduling():
+                ds.write_datasink(sink)
+    finally:
+        with contextlib.suppress(OSError):  # never hide why the run failed; a stale marker is harmless
+            remove_marker(filesystem, root, run_id)
     seconds = time.perf_counter() - start
 
     result = sink.result or SinkResult()

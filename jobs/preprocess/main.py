@@ -10,6 +10,7 @@ import sys
 
 from ..command import JobCommand
 from .config import build_parser, resolve_config
+from .shared_storage import StorageNotSharedError
 from .sources import InputError, UnreadableInputError
 from .steps import ConfigError
 
@@ -65,6 +66,8 @@ def user_error(exc: Exception, seconds: float) -> tuple[Exception, str] | None:
     exc = raised_in_worker(exc)
     if isinstance(exc, UnreadableInputError):  # found by a read task, while the run was going
         return exc, f"stopped on an unreadable input after {seconds:.1f} s"
+    if isinstance(exc, StorageNotSharedError):  # found by a read or write task on another node
+        return exc, f"stopped after {seconds:.1f} s: a node does not see the run's files as the driver does"
     return exc, f"not started ({type(exc).__name__})"
 
 

@@ -26,6 +26,7 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from .frame import read_schema
+from .shared_storage import check_input
 from .sink import EarlyLedger
 from .sources import UNREADABLE_FAIL, Source, read_source
 
@@ -47,11 +48,13 @@ def estimated_total(sources: list[Source]) -> int:
 
 def read_blocks(sources: list[Source], block_rows: int, unreadable: str = UNREADABLE_FAIL) -> Iterator[Any]:
     """Blocks of raw records of ``sources``, in order, ``block_rows`` records at most per block
-    (``unreadable``: what a file that breaks off becomes, see :func:`.sources.read_source`)."""
+    (``unreadable``: what a file that breaks off becomes, see :func:`.sources.read_source`). Each
+    file must be the one the driver listed (:func:`.shared_storage.check_input`)."""
     import pyarrow as pa
 
     schema = read_schema()
     for source in sources:
+        check_input(source)
         srcs: list[int] = []
         lines: list[int] = []
         raws: list[bytes] = []

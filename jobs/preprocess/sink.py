@@ -24,6 +24,7 @@ from ray.data.datasource import Datasink
 from twinkle_agentic.preprocessor.stats import StepStats
 
 from .frame import DKEY, DROPPED, KIND, LEDGER, LINE, LIVE, REASON, ROW, SRC, STATS, STEP, FrameBuilder
+from .shared_storage import check_output, marker_path
 
 KEPT_DIR = "kept"
 DROPPED_DIR = "dropped"
@@ -151,14 +152,16 @@ def text_buffers(lines: Any) -> list:
 
 
 class _LazyFile:
-    """An output stream opened on first write, so tasks without such rows leave no empty file."""
+    """An output stream opened on first write, so tasks without such rows leave no empty file.
+    Before it creates anything it checks that the output folder here is the driver's (``marker``,
+    see :mod:`.shared_storage`)."""
 
-    def __init__(self, filesystem: Any, path: str):
-        self.filesystem, self.path, self.stream = filesystem, path, None
+    def __init__(self, filesystem: Any, path: str, marker: str):
+        self.filesystem, self.path, self.marker, self.stream = filesystem, path, marker, None
 
     def open(self) -> Any:
         if self.stream is None:
-            # Created here, not on the driver: with local paths a worker may be another machine.
+            check_output(self.filesystem, self.marker)
             self.filesystem.create_dir(posixpath.dirname(self.path), recursive=True)
             self.stream = self.filesystem.open_output_stream(self.path)
         return self.stream
@@ -176,10 +179,10 @@ class _LazyFile:
 class LedgerFile:
     """Ledger lines of dropped frame rows, streamed into one file, counted by (step, reason)."""
 
-    def __init__(self, filesystem: Any, path: str, sources: list[str]):
+    def __init__(self, filesystem: Any, path: str, sources: list[str], marker: str):
         import pyarrow as pa
 
-        self.file = _LazyFile(filesystem, path)
+        self.file = _LazyFile(filesystem, path, marker)
         self.source_literals = pa.array([_literal(uri) for uri in sources], pa.large_binary())
 
     def write(self, dropped: Any, result: SinkResult) -> None:
@@ -230,7 +233,8 @@ class EarlyLedger:
         """``frames`` without their dropped rows, which go to ledger file ``name``; then one ledger
         record (``_kind`` LEDGER) saying what the file holds, for the sink to count."""
         filesystem, root = output_filesystem(self.output)
-        ledger = LedgerFile(filesystem, ledger_path(root, self.run_id, name), self.sources)
+        marker = marker_path(root, self.run_id)
+        ledger = LedgerFile(filesystem, ledger_path(root, self.run_id, name), self.sources, marker)
         result = SinkResult()
         schema = None
         try:
@@ -272,9 +276,10 @@ class PreprocessDatasink(Datasink):
         filesystem, root = output_filesystem(self.output)
         name = f"part-{self.run_id}-{ctx.task_idx:06d}"
         suffix = ".parquet" if self.output_format == "parquet" else ".jsonl"
-        kept_file = _LazyFile(filesystem, posixpath.join(root, KEPT_DIR, name + suffix))
+        marker = marker_path(root, self.run_id)
+        kept_file = _LazyFile(filesystem, posixpath.join(root, KEPT_DIR, name + suffix), marker)
         ledger_file = LedgerFile(
-            filesystem, ledger_path(root, self.run_id, f"{ctx.task_idx:06d}"), self.sources
+            filesystem, ledger_path(root, self.run_id, f"{ctx.task_idx:06d}"), self.sources, marker
         )
         result = SinkResult()
         parquet_writer = None

@@ -326,6 +326,17 @@ def test_overwrite_removes_only_the_previous_run(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
+def test_a_killed_runs_storage_marker_counts_as_its_output(tmp_path):
+    """A run killed mid-way leaves its marker and maybe part files: the next run must be told."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".twinkle-run-0123456789ab").write_text("")
+    with pytest.raises(ConfigError, match=r"already holds a run \(.*\.twinkle-run-0123456789ab\)"):
+        prepare_output(str(out), overwrite=False)
+    prepare_output(str(out), overwrite=True)
+    assert list(out.iterdir()) == []
+
+
 def test_dry_run_prints_plan_without_ray(chat_inputs, tmp_path, capsys):
     config = tmp_path / "pipeline.yaml"
     config.write_text("steps:\n  - HardFilter\n  - DedupFilter\n")

@@ -6,8 +6,11 @@ import json
 from types import SimpleNamespace
 
 import pyarrow as pa
+import pytest
+from pyarrow import fs
 
 from jobs.preprocess.frame import DKEY, DPART, DROPPED, KIND, LEDGER, LIVE, STATS, FrameBuilder
+from jobs.preprocess.shared_storage import StorageNotSharedError, write_marker
 from jobs.preprocess.sink import (
     EarlyLedger,
     PreprocessDatasink,
@@ -68,7 +71,14 @@ def test_text_buffers_of_sliced_and_chunked_arrays():
     assert text_buffers(array.slice(0, 0)) == []
 
 
+def marked(folder) -> str:
+    """``folder`` holding the storage marker of run "run", as the driver writes it before a run."""
+    write_marker(fs.LocalFileSystem(), str(folder), "run")
+    return str(folder)
+
+
 def test_sink_writes_kept_rows_ledger_and_counts(tmp_path):
+    marked(tmp_path)
     sink = PreprocessDatasink(str(tmp_path), SOURCES, "run", "jsonl", 1000)
     table = frame(ROWS)
     result = sink.write([table.slice(0, 2), table.slice(2)], SimpleNamespace(task_idx=3))
@@ -94,6 +104,7 @@ def keyed_frame(rows: list[tuple]) -> pa.Table:
 
 
 def test_early_ledger_writes_the_drops_and_passes_on_the_rest_and_a_record(tmp_path):
+    marked(tmp_path)
     table = keyed_frame(ROWS)
     frames = list(
         EarlyLedger(str(tmp_path), "run", SOURCES).route(
@@ -127,6 +138,18 @@ def test_early_ledger_without_drops_leaves_no_file_and_no_record(tmp_path):
     frames = list(EarlyLedger(str(tmp_path), "run", SOURCES).route(iter([table]), "read-000000"))
     assert [f.num_rows for f in frames] == [table.num_rows]
     assert not (tmp_path / "dropped").exists()
+
+
+def test_tasks_write_nothing_into_a_folder_without_the_runs_marker(tmp_path):
+    """A write task on a node whose disk does not hold the driver's output folder (or any folder
+    without this run's marker) refuses before creating a file."""
+    write_marker(fs.LocalFileSystem(), str(tmp_path), "other-run")
+    sink = PreprocessDatasink(str(tmp_path), SOURCES, "run", "jsonl", 1000)
+    with pytest.raises(StorageNotSharedError, match=r"lacks the marker \.twinkle-run-run .* on host "):
+        sink.write([frame(ROWS)], SimpleNamespace(task_idx=0))
+    with pytest.raises(StorageNotSharedError):
+        list(EarlyLedger(str(tmp_path), "run", SOURCES).route(iter([keyed_frame(ROWS)]), "read-000000"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".twinkle-run-other-run"]
 
 
 def test_split_dropped_slices_a_stage_output_and_filters_any_other_order():

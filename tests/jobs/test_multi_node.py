@@ -1,0 +1,171 @@
+"""The preprocess job on a cluster of two nodes, one of which does not see part of the driver's disk.
+
+The head (where the driver runs) has no CPU, so every task of the job runs on the second node. That
+node's ``ray start`` runs in a mount namespace of its own, where a tmpfs covers the test's
+``private`` folder: the view of a second machine that lacks the driver's local disk. ``shared``
+is seen by both nodes, as a shared volume would be. Needs ``unshare`` and the right to mount
+(root, or unprivileged user namespaces); skipped where the machine allows neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from job_data import read_outputs, reference_outputs
+
+from cluster import LocalHead
+from cluster.auth import auth_headers
+from cluster.head import free_ports
+from jobs.preprocess.inprocess import run_in_process
+from jobs.preprocess.steps import StepSpec, build_step
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STEPS = [StepSpec("HardFilter", {"min_user_chars": 10}), StepSpec("DedupFilter")]
+NODE_TIMEOUT_S = 120
+
+
+def hide_command(folder: Path) -> list[str]:
+    """A command prefix that runs the rest in a mount namespace where ``folder`` is an empty tmpfs."""
+    unshare = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        unshare[1:1] = ["--user", "--map-root-user"]
+    return [*unshare, "--", "sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(folder)]
+
+
+def can_hide(folder: Path) -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = subprocess.run([*hide_command(folder), "true"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+@contextlib.contextmanager
+def worker_node(head: LocalHead, hidden: Path, num_cpus: int, log: Path) -> Iterator[tuple[str, Path]]:
+    """A second Ray node joined to ``head`` that does not see ``hidden``; yields its node id and the
+    root of its view of the file system (``/proc/<pid>/root`` of its processes)."""
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    agent, agent_grpc, runtime_env, metrics = free_ports(4)
+    command = [
+        *hide_command(hidden), ray_cli, "start", "--block", f"--address={head.address}",
+        f"--node-ip-address={head.host}", f"--num-cpus={num_cpus}", "--object-store-memory=200000000",
+        f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
+    ]  # fmt: skip
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=head.env, start_new_session=True
+        )
+    try:
+        yield wait_for_second_node(head, process, log), Path(f"/proc/{process.pid}/root")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+
+
+def wait_for_second_node(head: LocalHead, process: subprocess.Popen, log: Path) -> str:
+    request = urllib.request.Request(f"{head.dashboard_url}/api/v0/nodes", headers=auth_headers(head.env))
+    deadline = time.monotonic() + NODE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            with urllib.request.urlopen(request, timeout=5) as response:
+                nodes = json.load(response)["data"]["result"]["result"]
+            others = [n for n in nodes if n["state"] == "ALIVE" and not n["is_head_node"]]
+            if others and others[0].get("resources_total", {}).get("CPU"):
+                return others[0]["node_id"]
+        time.sleep(0.5)
+    raise AssertionError("the second node did not join:\n" + log.read_text(errors="replace")[-3000:])
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory) -> Iterator[tuple[LocalHead, str, Path, Path, Path]]:
+    """(head, the second node's id, a folder both nodes see, a folder only the head sees, the root
+    of the second node's view)."""
+    root = tmp_path_factory.mktemp("two_nodes")
+    shared, private = root / "shared", root / "private"
+    shared.mkdir()
+    if not can_hide(private):
+        pytest.skip("this machine cannot give a Ray node a mount namespace of its own (unshare, mount)")
+    with (
+        LocalHead(num_cpus=0, object_store_memory=200 * 1024 * 1024, auth_mode="token") as head,
+        worker_node(head, private, num_cpus=2, log=root / "node.log") as (node_id, view),
+    ):
+        (private / "probe").write_text("the driver's disk")
+        (shared / "probe").write_text("a shared volume")
+        assert not (view / private.relative_to("/") / "probe").exists()
+        assert (view / shared.relative_to("/") / "probe").exists()
+        yield head, node_id, shared, private, view
+
+
+def preprocess(head: LocalHead, inputs: Path, out: Path, config: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "jobs.preprocess", "--address", head.address, "--config", str(config),
+               "--input", str(inputs), "--output", str(out), "--no-progress"]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, env=head.env, timeout=300, cwd=REPO_ROOT)
+
+
+def write_inputs(chat_inputs: Path, folder: Path, config_dir: Path) -> tuple[Path, Path]:
+    inputs = folder / "inputs"
+    shutil.copytree(chat_inputs, inputs)
+    config = config_dir / "pipeline.yaml"
+    config.write_text(json.dumps({"steps": [s.to_config() for s in STEPS], "dedup_partitions": 3}))
+    return inputs, config
+
+
+def test_on_shared_storage_every_task_runs_on_the_other_node_and_the_output_is_complete(
+    two_nodes, chat_inputs
+):
+    head, _, shared, _, _ = two_nodes
+    inputs, config = write_inputs(chat_inputs, shared / "run1", shared / "run1")
+    out = shared / "run1" / "out"
+    result = preprocess(head, inputs, out, config)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    job = read_outputs(out)
+    reference = reference_outputs(run_in_process([str(inputs)], [build_step(s) for s in STEPS]))
+    assert job["kept"] == reference["kept"] and job["dropped"] == reference["dropped"]
+    assert job["stats"]["kept"] + job["stats"]["dropped"] == job["stats"]["rows_read"] > 0
+    assert ": 2 CPUs" in job["stats"]["cluster"]  # the head has none: the other node ran every task
+    assert not list(out.glob(".twinkle-run-*"))
+
+
+def test_inputs_only_the_driver_sees_stop_the_run_naming_the_node(two_nodes, chat_inputs):
+    head, node_id, shared, private, _ = two_nodes
+    inputs, config = write_inputs(chat_inputs, private / "run2", shared)
+    out = shared / "run2-out"
+    result = preprocess(head, inputs, out, config)
+    assert result.returncode == 2, (result.stdout + result.stderr)[-4000:]
+    assert "StorageNotSharedError" in result.stderr
+    assert f"no such file, though the driver listed it on node {node_id[:12]} (" in result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert "a node does not see the run's files as the driver does" in last, result.stdout
+    assert not (out / "stats.json").exists()
+
+
+def test_an_output_folder_only_the_driver_sees_gets_no_file_from_the_other_node(two_nodes, chat_inputs):
+    """Before the check, this run "succeeded": its part files went to the other node's disk and its
+    stats.json to the driver's."""
+    head, node_id, shared, private, view = two_nodes
+    inputs, config = write_inputs(chat_inputs, shared / "run3", shared / "run3")
+    out = private / "run3-out"
+    result = preprocess(head, inputs, out, config)
+    assert result.returncode == 2, (result.stdout + result.stderr)[-4000:]
+    assert "lacks the marker .twinkle-run-" in result.stderr
+    assert f"on node {node_id[:12]} (" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == []  # no stats, no report, the marker removed
+    assert not (view / out.relative_to("/")).exists()  # and nothing on the other node's disk
