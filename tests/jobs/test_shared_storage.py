@@ -30,7 +30,7 @@ def test_a_listed_input_must_still_be_there_with_its_size(tmp_path):
 
     path.write_text('{"messages": []}\n{"messages": []}\n')  # rewritten after the driver listed it
     with pytest.raises(
-        StorageNotSharedError, match=r"a\.jsonl: 34 bytes where the driver listed 17 .* on host "
+        StorageNotSharedError, match=r"a\.jsonl: 34 bytes where the driver listed 17 .* on (host|node) "
     ):
         list(read_blocks([source], 10))
 

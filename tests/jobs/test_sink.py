@@ -145,7 +145,7 @@ def test_tasks_write_nothing_into_a_folder_without_the_runs_marker(tmp_path):
     without this run's marker) refuses before creating a file."""
     write_marker(fs.LocalFileSystem(), str(tmp_path), "other-run")
     sink = PreprocessDatasink(str(tmp_path), SOURCES, "run", "jsonl", 1000)
-    with pytest.raises(StorageNotSharedError, match=r"lacks the marker \.twinkle-run-run .* on host "):
+    with pytest.raises(StorageNotSharedError, match=r"lacks the marker \.twinkle-run-run .* on (host|node) "):
         sink.write([frame(ROWS)], SimpleNamespace(task_idx=0))
     with pytest.raises(StorageNotSharedError):
         list(EarlyLedger(str(tmp_path), "run", SOURCES).route(iter([keyed_frame(ROWS)]), "read-000000"))
