@@ -29,7 +29,7 @@ from .config import PreprocessConfig
 from .frame import DPART, PART_SPACE, READ_STEP
 from .ray_tuning import short_run_scheduling
 from .report import RunSummary, write_reports
-from .shared_storage import remove_marker, stale_markers, write_marker
+from .shared_storage import claimed_output, stale_markers
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
 from .sources import UNREADABLE_FILE, Source, expand_inputs
 from .stages import READ_POSITION, StageAdapter, mark_duplicates
@@ -239,7 +239,15 @@ def build(
 
 def prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
     """Refuse to mix with an earlier run's files unless ``overwrite``; then clear only our outputs
-    (a killed run's storage marker among them)."""
+    (a killed run's storage marker among them). A folder that cannot be made or cleared is a
+    ConfigError naming it."""
+    try:
+        return _prepare_output(output, overwrite)
+    except OSError as exc:
+        raise ConfigError(f"cannot use output {output!r}: {exc}") from exc
+
+
+def _prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
     from pyarrow import fs
 
     from .report import CHART_FILE, REPORT_FILE, STATS_FILE
@@ -317,16 +325,21 @@ def check_invariants(result: SinkResult, stats: list) -> None:
         raise InvariantError("row accounting failed: " + "; ".join(problems))
 
 
-def run(cfg: PreprocessConfig) -> RunSummary:
-    """Run the job and write every output; raises ConfigError/InputError or InvariantError."""
+def execute(
+    cfg: PreprocessConfig,
+    sources: list[Source],
+    steps: list[Any],
+    names: list[str],
+    stages: list[Stage],
+    run_id: str,
+) -> tuple[str, SinkResult, float]:
+    """Connect to Ray and run the dataset into the sink: (cluster description, what the sink
+    counted, seconds of the data work)."""
     import ray.data
 
     from .read import estimated_total
     from .sink import EarlyLedger, PreprocessDatasink
 
-    cfg.validate()
-    sources, steps, names, stages = plan(cfg)
-    filesystem, root = prepare_output(cfg.output, cfg.overwrite)
     cluster = connect(cfg.address, cfg.num_cpus)
     context = ray.data.DataContext.get_current()
     cpus = cluster_cpus()
@@ -342,26 +355,30 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     )
 
     start = time.perf_counter()
-    strategy = exchange_strategy(context.shuffle_strategy, input_blocks(sources, context.target_max_block_size))
-    run_id, uris = uuid.uuid4().hex[:12], [s.uri for s in sources]
+    strategy = exchange_strategy(
+        context.shuffle_strategy, input_blocks(sources, context.target_max_block_size)
+    )
+    uris = [s.uri for s in sources]
     early_ledger = EarlyLedger(cfg.output, run_id, uris)
-    # Every task that writes checks for this marker: the output folder must be the same on each node.
-    write_marker(filesystem, root, run_id)
-    try:
-        # The dataset copies the context when built; the progress bars Ray Data opens while it
-        # executes read the current one. Both settings last for this run only: the caller's datasets
-        # keep theirs.
-        with context_settings(context, enable_progress_bars=cfg.progress, shuffle_strategy=strategy):
-            ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
-            sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
-            with short_run_scheduling():
-                ds.write_datasink(sink)
-    finally:
-        with contextlib.suppress(OSError):  # never hide why the run failed; a stale marker is harmless
-            remove_marker(filesystem, root, run_id)
-    seconds = time.perf_counter() - start
+    # The dataset copies the context when built; the progress bars Ray Data opens while it executes
+    # read the current one. Both settings last for this run only: the caller's datasets keep theirs.
+    with context_settings(context, enable_progress_bars=cfg.progress, shuffle_strategy=strategy):
+        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
+        sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
+        with short_run_scheduling():
+            ds.write_datasink(sink)
+    return cluster, sink.result or SinkResult(), time.perf_counter() - start
 
-    result = sink.result or SinkResult()
+
+def run(cfg: PreprocessConfig) -> RunSummary:
+    """Run the job and write every output; raises ConfigError/InputError or InvariantError."""
+    cfg.validate()
+    sources, steps, names, stages = plan(cfg)
+    filesystem, root = prepare_output(cfg.output, cfg.overwrite)
+    run_id = uuid.uuid4().hex[:12]
+    with claimed_output(filesystem, root, run_id):  # every task that writes checks for its marker
+        cluster, result, seconds = execute(cfg, sources, steps, names, stages, run_id)
+
     stats = collect_stats(result, names)
     check_invariants(result, stats)
     unreadable = stats[0].reasons.get(UNREADABLE_FILE, 0)

@@ -21,11 +21,14 @@ The size check also stops a run whose input file is replaced or rewritten while 
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 from .sources import InputError, Source, _filesystem
+from .steps import ConfigError
 
 MARKER_PREFIX = ".twinkle-run-"
 
@@ -92,6 +95,21 @@ def remove_marker(filesystem: Any, root: str, run_id: str) -> None:
     path = marker_path(root, run_id)
     if filesystem.get_file_info(path).type != fs.FileType.NotFound:
         filesystem.delete_file(path)
+
+
+@contextlib.contextmanager
+def claimed_output(filesystem: Any, root: str, run_id: str) -> Iterator[str]:
+    """The output folder holds this run's marker for the ``with`` block (yields its path). A folder
+    the driver cannot write into is a ConfigError; the marker goes whether the run succeeds or not."""
+    try:
+        write_marker(filesystem, root, run_id)
+    except OSError as exc:
+        raise ConfigError(f"cannot write into the output folder {root!r}: {exc}") from exc
+    try:
+        yield marker_path(root, run_id)
+    finally:
+        with contextlib.suppress(OSError):  # never hide why a run failed: a stale marker is harmless
+            remove_marker(filesystem, root, run_id)
 
 
 def check_output(filesystem: Any, marker: str) -> None:

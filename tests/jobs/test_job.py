@@ -84,6 +84,13 @@ def test_cli_refuses_existing_output_and_reports_config_errors(chat_inputs, tmp_
     assert "unknown step 'NoSuchFilter'" in capsys.readouterr().err
     assert main(["--input", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "o3")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    # an output that cannot be made, or written into: named, before any cluster starts
+    assert main(["--input", str(chat_inputs), "--output", "/proc/twinkle-none/out"]) == 2
+    captured = capsys.readouterr()
+    assert "cannot use output '/proc/twinkle-none/out': " in captured.err
+    assert captured.out.strip().splitlines()[-1].startswith("preprocess: not started (ConfigError)")
+    assert main(["--input", str(chat_inputs), "--output", "/proc"]) == 2
+    assert "cannot write into the output folder '/proc': " in capsys.readouterr().err
 
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "chats.jsonl"

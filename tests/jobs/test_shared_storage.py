@@ -13,12 +13,14 @@ from jobs.preprocess.shared_storage import (
     StorageNotSharedError,
     check_input,
     check_output,
+    claimed_output,
     marker_path,
     remove_marker,
     stale_markers,
     write_marker,
 )
 from jobs.preprocess.sources import InputError, expand_inputs
+from jobs.preprocess.steps import ConfigError
 
 
 def test_a_listed_input_must_still_be_there_with_its_size(tmp_path):
@@ -47,6 +49,22 @@ def test_the_check_holds_in_drop_mode_too(tmp_path):
     path.unlink()
     with pytest.raises(StorageNotSharedError):
         list(read_blocks([source], 10, unreadable="drop"))
+
+
+def test_a_claimed_folder_holds_the_marker_until_the_block_ends_even_on_failure(tmp_path):
+    filesystem, root = fs.LocalFileSystem(), str(tmp_path)
+    with (
+        pytest.raises(RuntimeError, match="the run failed"),
+        claimed_output(filesystem, root, "r2") as marker,
+    ):
+        check_output(filesystem, marker)
+        raise RuntimeError("the run failed")
+    assert stale_markers(filesystem, root) == []
+    with (
+        pytest.raises(ConfigError, match="cannot write into the output folder '/proc'"),
+        claimed_output(filesystem, "/proc", "r3"),
+    ):
+        pass
 
 
 def test_marker_lifecycle(tmp_path):
