@@ -9,14 +9,14 @@ shared storage for plain paths); a cluster that autoscales adds nodes nobody loo
 
 So each task checks storage when it first touches it, on every cluster, one machine included:
 
-- a read task finds each input file with the size the driver listed when the run started
+- a read task finds each local input file with the size the driver listed when the run started
   (:func:`check_input`): one ``stat`` per file;
 - a task that writes output finds the run's marker, a file the driver writes into the output folder
   before any task starts and removes once the data is written (:func:`check_output`): one ``stat``
   per task that writes.
 
 A task that does not fails the run with :class:`StorageNotSharedError`, naming the path and the node.
-The size check also stops a run whose input file is replaced or rewritten while it is read.
+The size check also stops a run whose local input file is replaced or rewritten while it is read.
 """
 
 from __future__ import annotations
@@ -59,10 +59,14 @@ def this_node() -> str:
 
 
 def check_input(source: Source) -> None:
-    """``source`` exists here with the size the driver listed (when it listed one)."""
+    """``source`` exists here with the size the driver listed (when it listed one). Only files on
+    the local file system are checked: an object store's URI names the same object from every node,
+    and one request per object would slow runs over many small objects."""
     from pyarrow import fs
 
     filesystem, path, _ = _filesystem(source.uri)
+    if not isinstance(filesystem, fs.LocalFileSystem):
+        return
     info = filesystem.get_file_info(path)
     if info.type == fs.FileType.NotFound:
         raise StorageNotSharedError(source.uri, this_node(), "no such file, though the driver listed it")

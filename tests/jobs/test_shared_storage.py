@@ -19,7 +19,7 @@ from jobs.preprocess.shared_storage import (
     stale_markers,
     write_marker,
 )
-from jobs.preprocess.sources import InputError, expand_inputs
+from jobs.preprocess.sources import InputError, Source, expand_inputs
 from jobs.preprocess.steps import ConfigError
 
 
@@ -39,6 +39,11 @@ def test_a_listed_input_must_still_be_there_with_its_size(tmp_path):
     path.unlink()  # or a node whose disk does not hold it
     with pytest.raises(StorageNotSharedError, match="no such file, though the driver listed it"):
         check_input(source)
+
+
+def test_objects_on_other_file_systems_are_not_checked():
+    """An object store's URI names the same object from every node: no request per object."""
+    check_input(Source(0, "mock:///bucket/never-written.jsonl", "jsonl", 123))
 
 
 def test_the_check_holds_in_drop_mode_too(tmp_path):
