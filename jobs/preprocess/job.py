@@ -98,6 +98,19 @@ def read_tasks(sources: list[Source], cpus: int) -> int:
     return max(1, min(len(sources), READ_TASKS_PER_CPU * cpus))
 
 
+def actor_cpus(stages: list[Stage], default_actors: int, cpus: int) -> float:
+    """Logical CPUs each model-stage actor asks Ray for: one, unless all the run's actors would then
+    leave less than one CPU of the cluster free. Ray Data starts an actor pool whole before any task
+    runs, and the tasks around it (reads, cheap stages) ask for up to one CPU each: with two actors
+    on two CPUs, or one on one, the reads that feed the actors waited forever. So together the
+    actors take at most ``cpus - 1``, shared equally (zero on one CPU: Ray places such actors
+    anyway)."""
+    actors = sum(s.actors or default_actors for s in stages if s.kind == "actor")
+    if not actors:
+        return 1.0
+    return min(1.0, max(0, cpus - 1) / actors)
+
+
 def default_partitions(cpus: int, input_bytes: int) -> int:
     """Partitions of the dedup exchange when the config sets none: ``2 x cpus`` (at most
     MAX_CPU_PARTITIONS), or one per PARTITION_TARGET_BYTES of input when that is more, rounded up to
@@ -229,6 +242,7 @@ def build(
                 ActorStage,
                 fn_constructor_kwargs={"adapter": adapter},
                 compute=ray.data.ActorPoolStrategy(size=stage.actors or cfg.actors),
+                num_cpus=actor_cpus(stages, cfg.actors, cpus),
                 batch_size=batch_size,
                 batch_format="pyarrow",
             )

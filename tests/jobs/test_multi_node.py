@@ -117,28 +117,38 @@ def two_nodes(tmp_path_factory) -> Iterator[tuple[LocalHead, str, Path, Path, Pa
 def preprocess(head: LocalHead, inputs: Path, out: Path, config: Path) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "jobs.preprocess", "--address", head.address, "--config", str(config),
                "--input", str(inputs), "--output", str(out), "--no-progress"]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, env=head.env, timeout=300, cwd=REPO_ROOT)
+    return subprocess.run(command, capture_output=True, text=True, env=head.env, timeout=180, cwd=REPO_ROOT)
 
 
-def write_inputs(chat_inputs: Path, folder: Path, config_dir: Path) -> tuple[Path, Path]:
+def write_inputs(
+    chat_inputs: Path, folder: Path, config_dir: Path, steps: list[StepSpec] = STEPS
+) -> tuple[Path, Path]:
     inputs = folder / "inputs"
     shutil.copytree(chat_inputs, inputs)
     config = config_dir / "pipeline.yaml"
-    config.write_text(json.dumps({"steps": [s.to_config() for s in STEPS], "dedup_partitions": 3}))
+    config.write_text(json.dumps({"steps": [s.to_config() for s in steps], "dedup_partitions": 3}))
     return inputs, config
 
 
 def test_on_shared_storage_every_task_runs_on_the_other_node_and_the_output_is_complete(
     two_nodes, chat_inputs
 ):
+    """With a model step on an actor pool of two, loaded once per actor on the other node."""
     head, _, shared, _, _ = two_nodes
-    inputs, config = write_inputs(chat_inputs, shared / "run1", shared / "run1")
+    loads = shared / "run1" / "model-loads"
+    loads.mkdir(parents=True)
+    model = StepSpec("job_steps:ModelStep", {"marker_dir": str(loads)}, actors=2)
+    steps = [STEPS[0], model, STEPS[1]]
+    inputs, config = write_inputs(chat_inputs, shared / "run1", shared / "run1", steps)
     out = shared / "run1" / "out"
     result = preprocess(head, inputs, out, config)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     job = read_outputs(out)
-    reference = reference_outputs(run_in_process([str(inputs)], [build_step(s) for s in STEPS]))
+    assert sorted(p.name.split("-")[0] for p in loads.iterdir()) == ["warmup", "warmup"]
+    reference_steps = [STEPS[0], StepSpec(model.name, {"marker_dir": str(shared / "run1")}), STEPS[1]]
+    reference = reference_outputs(run_in_process([str(inputs)], [build_step(s) for s in reference_steps]))
     assert job["kept"] == reference["kept"] and job["dropped"] == reference["dropped"]
+    assert ("ModelStep", "mentions_sql") in {(step, reason) for step, reason, _ in job["dropped"]}
     assert job["stats"]["kept"] + job["stats"]["dropped"] == job["stats"]["rows_read"] > 0
     assert ": 2 CPUs" in job["stats"]["cluster"]  # the head has none: the other node ran every task
     assert not list(out.glob(".twinkle-run-*"))
