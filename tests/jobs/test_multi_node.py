@@ -37,30 +37,30 @@ STEPS = [StepSpec("HardFilter", {"min_user_chars": 10}), StepSpec("DedupFilter")
 NODE_TIMEOUT_S = 120
 
 
-def hide_command(folder: Path) -> list[str]:
-    """A command prefix that runs the rest in a mount namespace where ``folder`` is an empty tmpfs."""
-    unshare = ["unshare", "--mount", "--propagation", "private"]
-    if os.geteuid() != 0:
-        unshare[1:1] = ["--user", "--map-root-user"]
-    return [*unshare, "--", "sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(folder)]
-
-
-def can_hide(folder: Path) -> bool:
+def hide_command(folder: Path) -> list[str] | None:
+    """A command prefix that runs the rest in a mount namespace where ``folder`` is an empty tmpfs:
+    a plain mount namespace where this process may mount, else one inside a user namespace; None
+    when neither works here."""
     if shutil.which("unshare") is None:
-        return False
+        return None
     folder.mkdir(parents=True, exist_ok=True)
-    probe = subprocess.run([*hide_command(folder), "true"], capture_output=True, timeout=30)
-    return probe.returncode == 0
+    mount = ["sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(folder)]
+    namespaces = [["--mount"], ["--user", "--map-root-user", "--mount"]]
+    for flags in namespaces if os.geteuid() == 0 else namespaces[1:]:
+        prefix = ["unshare", *flags, "--propagation", "private", "--", *mount]
+        if subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0:
+            return prefix
+    return None
 
 
 @contextlib.contextmanager
-def worker_node(head: LocalHead, hidden: Path, num_cpus: int, log: Path) -> Iterator[tuple[str, Path]]:
-    """A second Ray node joined to ``head`` that does not see ``hidden``; yields its node id and the
-    root of its view of the file system (``/proc/<pid>/root`` of its processes)."""
+def worker_node(head: LocalHead, hide: list[str], num_cpus: int, log: Path) -> Iterator[tuple[str, Path]]:
+    """A second Ray node joined to ``head``, started under ``hide`` (:func:`hide_command`); yields its
+    node id and the root of its view of the file system (``/proc/<pid>/root`` of its processes)."""
     ray_cli = str(Path(sys.executable).with_name("ray"))
     agent, agent_grpc, runtime_env, metrics = free_ports(4)
     command = [
-        *hide_command(hidden), ray_cli, "start", "--block", f"--address={head.address}",
+        *hide, ray_cli, "start", "--block", f"--address={head.address}",
         f"--node-ip-address={head.host}", f"--num-cpus={num_cpus}", "--object-store-memory=200000000",
         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
         f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
@@ -101,11 +101,12 @@ def two_nodes(tmp_path_factory) -> Iterator[tuple[LocalHead, str, Path, Path, Pa
     root = tmp_path_factory.mktemp("two_nodes")
     shared, private = root / "shared", root / "private"
     shared.mkdir()
-    if not can_hide(private):
+    hide = hide_command(private)
+    if hide is None:
         pytest.skip("this machine cannot give a Ray node a mount namespace of its own (unshare, mount)")
     with (
         LocalHead(num_cpus=0, object_store_memory=200 * 1024 * 1024, auth_mode="token") as head,
-        worker_node(head, private, num_cpus=2, log=root / "node.log") as (node_id, view),
+        worker_node(head, hide, num_cpus=2, log=root / "node.log") as (node_id, view),
     ):
         (private / "probe").write_text("the driver's disk")
         (shared / "probe").write_text("a shared volume")
