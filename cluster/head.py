@@ -162,15 +162,8 @@ class LocalHead:
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop the head and every process in its group: SIGTERM, a grace period, then SIGKILL."""
         proc, self.process = self.process, None
-        if proc is None:
-            return
-        pgid = proc.pid  # start_new_session=True made the head its group's leader
-        _signal_group(pgid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(grace_s)
-        _signal_group(pgid, signal.SIGKILL)  # whatever is left of the tree
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(5)
+        if proc is not None:
+            stop_process_group(proc, grace_s)
 
     def __enter__(self) -> LocalHead:
         return self.start()
@@ -193,6 +186,18 @@ def _port_open(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """Stop a process started with ``start_new_session=True`` and everything in its group (a Ray
+    node's raylet, GCS and workers): SIGTERM, a grace period, then SIGKILL."""
+    pgid = proc.pid  # start_new_session=True made it its group's leader
+    _signal_group(pgid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace_s)
+    _signal_group(pgid, signal.SIGKILL)  # whatever is left of the tree
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -203,6 +203,7 @@ def build(
 
     first_batch = stages[0].batch_size or cfg.batch_size
     unreadable = cfg.unreadable_files
+    cpus_per_actor = actor_cpus(stages, cfg.actors, cpus)
     if split_records:
         ds = ray.data.read_datasource(RecordDatasource(sources, first_batch, unreadable=unreadable))
         ds = ds.repartition(target_num_rows_per_block=first_batch)
@@ -242,7 +243,7 @@ def build(
                 ActorStage,
                 fn_constructor_kwargs={"adapter": adapter},
                 compute=ray.data.ActorPoolStrategy(size=stage.actors or cfg.actors),
-                num_cpus=actor_cpus(stages, cfg.actors, cpus),
+                num_cpus=cpus_per_actor,
                 batch_size=batch_size,
                 batch_format="pyarrow",
             )

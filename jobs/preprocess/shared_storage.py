@@ -94,11 +94,8 @@ def write_marker(filesystem: Any, root: str, run_id: str) -> str:
 
 
 def remove_marker(filesystem: Any, root: str, run_id: str) -> None:
-    from pyarrow import fs
-
-    path = marker_path(root, run_id)
-    if filesystem.get_file_info(path).type != fs.FileType.NotFound:
-        filesystem.delete_file(path)
+    with contextlib.suppress(FileNotFoundError):
+        filesystem.delete_file(marker_path(root, run_id))
 
 
 @contextlib.contextmanager

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from job_data import read_outputs, reference_outputs
 
 from cluster import LocalHead
 from cluster.auth import auth_headers
-from cluster.head import free_ports
+from cluster.head import free_ports, stop_process_group
 from jobs.preprocess.inprocess import run_in_process
 from jobs.preprocess.steps import StepSpec, build_step
 
@@ -72,11 +71,7 @@ def worker_node(head: LocalHead, hide: list[str], num_cpus: int, log: Path) -> I
     try:
         yield wait_for_second_node(head, process, log), Path(f"/proc/{process.pid}/root")
     finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(10)
+        stop_process_group(process)
 
 
 def wait_for_second_node(head: LocalHead, process: subprocess.Popen, log: Path) -> str:
