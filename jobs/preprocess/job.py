@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .config import PreprocessConfig
@@ -262,22 +263,38 @@ def prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
         raise ConfigError(f"cannot use output {output!r}: {exc}") from exc
 
 
+def output_entries(root: str) -> list[str]:
+    """What a run writes into its output folder ``root`` (and ``--overwrite`` replaces)."""
+    from .report import CHART_FILE, REPORT_FILE, STATS_FILE
+
+    return [f"{root}/{name}" for name in (KEPT_DIR, DROPPED_DIR, STATS_FILE, REPORT_FILE, CHART_FILE)]
+
+
+def is_own_output(output: str) -> Callable[[str], bool]:
+    """Whether an input URI is one of the job's outputs in ``output``: an earlier run's kept and
+    dropped parts or its stats.json, which a directory or glob over the inputs' folder may find.
+    Read back, they would be counted twice, and ``--overwrite`` deletes them before the reads."""
+    if "://" in output and not output.startswith("file://"):  # inputs' URIs carry no query
+        root, resolve = output.split("?", 1)[0].rstrip("/"), str
+    else:  # a local path: compare where links lead
+        root, resolve = output_filesystem(output)[1], os.path.realpath
+    entries = [resolve(e) for e in output_entries(root)]
+
+    def own(uri: str) -> bool:
+        where = resolve(uri)
+        return any(where == e or where.startswith(e + "/") for e in entries)
+
+    return own
+
+
 def _prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
     from pyarrow import fs
-
-    from .report import CHART_FILE, REPORT_FILE, STATS_FILE
 
     filesystem, root = output_filesystem(output)
     info = filesystem.get_file_info(root)
     if info.type == fs.FileType.File:
         raise ConfigError(f"output {output!r} is a file; pass a directory")
-    ours = [
-        f"{root}/{KEPT_DIR}",
-        f"{root}/{DROPPED_DIR}",
-        f"{root}/{STATS_FILE}",
-        f"{root}/{REPORT_FILE}",
-        f"{root}/{CHART_FILE}",
-    ]
+    ours = output_entries(root)
     present = [
         p for p, i in zip(ours, filesystem.get_file_info(ours), strict=True) if i.type != fs.FileType.NotFound
     ]
@@ -298,7 +315,7 @@ def _prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
 
 def plan(cfg: PreprocessConfig) -> tuple[list[Source], list[Any], list[str], list[Stage]]:
     """Everything decided before Ray starts: input files, step objects, stage grouping."""
-    sources = expand_inputs(cfg.inputs, cfg.input_format)
+    sources = expand_inputs(cfg.inputs, cfg.input_format, skip=is_own_output(cfg.output))
     steps = [build_step(spec) for spec in cfg.steps]
     names = unique_names(steps)
     return sources, steps, names, plan_stages(steps, cfg.steps)

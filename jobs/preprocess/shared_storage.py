@@ -27,7 +27,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from .sources import InputError, Source, _filesystem
+from .sources import InputError, Source, input_location
 from .steps import ConfigError
 
 MARKER_PREFIX = ".twinkle-run-"
@@ -64,7 +64,7 @@ def check_input(source: Source) -> None:
     and one request per object would slow runs over many small objects."""
     from pyarrow import fs
 
-    filesystem, path, _ = _filesystem(source.uri)
+    filesystem, path, _ = input_location(source.uri)
     if not isinstance(filesystem, fs.LocalFileSystem):
         return
     info = filesystem.get_file_info(path)

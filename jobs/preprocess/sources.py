@@ -14,11 +14,14 @@ import base64
 import datetime as _dt
 import decimal
 import json
+import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 MALFORMED_JSON = "malformed_json"
 INVALID_ROW = "invalid_row"
@@ -92,7 +95,7 @@ def format_of(path: str, forced: str | None = None) -> str | None:
     return _EXTENSIONS.get(os.path.splitext(_strip_compression(path))[1].lower())
 
 
-def _filesystem(spec: str) -> tuple[Any, str, str]:
+def input_location(spec: str) -> tuple[Any, str, str]:
     """(pyarrow file system, path inside it, prefix that turns such a path back into a URI).
 
     Local paths and ``file://`` URIs use the local file system; any other URI goes through
@@ -165,9 +168,17 @@ def _list_files(filesystem: Any, root: str) -> list[Any]:
     return sorted((i for i in infos if i.type == fs.FileType.File), key=lambda i: i.path)
 
 
-def expand_inputs(specs: list[str], input_format: str | None = None) -> list[Source]:
+def expand_inputs(
+    specs: list[str], input_format: str | None = None, skip: Callable[[str], bool] | None = None
+) -> list[Source]:
     """Expand files, directories (recursive, files with a known extension) and globs, in the order
-    given; each glob or directory expands in sorted order. A file named twice is read once."""
+    given; each glob or directory expands in sorted order. A file named twice is read once.
+
+    ``skip(uri)`` names files that must not be read: found through a directory or glob they are
+    left out (and counted in a warning), named on their own they are an InputError. The job skips
+    its own outputs with it, so that ``--input data --output data/clean`` does not read an earlier
+    run's output back.
+    """
     from pyarrow import fs
 
     if input_format is not None and input_format not in FORMATS:
@@ -176,7 +187,7 @@ def expand_inputs(specs: list[str], input_format: str | None = None) -> list[Sou
         raise InputError("no input given: pass --input PATH (files, directories, globs or URIs)")
     found: list[tuple[str, str, int | None]] = []
     for spec in specs:
-        filesystem, path, prefix = _filesystem(spec)
+        filesystem, path, prefix = input_location(spec)
         if _GLOB_CHARS.search(path):
             root = _glob_root(path) or "./"
             regex = _glob_regex(path)
@@ -185,7 +196,9 @@ def expand_inputs(specs: list[str], input_format: str | None = None) -> list[Sou
             ]
             if not matches:
                 raise InputError(f"input glob {spec!r} matches no file")
-            found += [(prefix + i.path, format_of(i.path, input_format) or "", i.size) for i in matches]
+            found += [
+                (prefix + i.path, format_of(i.path, input_format) or "", i.size, False) for i in matches
+            ]
             continue
         info = filesystem.get_file_info(path)
         if info.type == fs.FileType.NotFound:
@@ -198,13 +211,22 @@ def expand_inputs(specs: list[str], input_format: str | None = None) -> list[Sou
             ]
             if not files:
                 raise InputError(f"input directory {spec!r} holds no .jsonl/.json/.parquet file")
-            found += [(prefix + i.path, format_of(i.path, input_format) or "", i.size) for i in files]
+            found += [(prefix + i.path, format_of(i.path, input_format) or "", i.size, False) for i in files]
         else:
-            found.append((prefix + path, format_of(path, input_format) or "", info.size))
+            found.append((prefix + path, format_of(path, input_format) or "", info.size, True))
     sources: list[Source] = []
     seen: set[str] = set()
-    for uri, fmt, size in found:
+    skipped: set[str] = set()
+    for uri, fmt, size, named in found:
         if uri in seen:
+            continue
+        if skip is not None and skip(uri):
+            if named:
+                raise InputError(
+                    f"input {uri!r} is an output of this job's --output folder, which a run replaces; "
+                    "copy it elsewhere first or write to another --output"
+                )
+            skipped.add(uri)
             continue
         if not fmt:
             raise InputError(
@@ -213,13 +235,21 @@ def expand_inputs(specs: list[str], input_format: str | None = None) -> list[Sou
             )
         seen.add(uri)
         sources.append(Source(len(sources), uri, fmt, size))
+    if skipped:
+        logger.warning(
+            "not reading %d file(s) of an earlier run's output under --output (%s ...)",
+            len(skipped),
+            min(skipped),
+        )
+    if not sources and found:
+        raise InputError(f"inputs {specs!r} hold only files of an earlier run's output under --output")
     if len(sources) > MAX_SOURCES:
         raise InputError(f"{len(sources)} input files; at most {MAX_SOURCES} are supported in one run")
     return sources
 
 
 def _open_stream(uri: str) -> Any:
-    filesystem, path, _ = _filesystem(uri)
+    filesystem, path, _ = input_location(uri)
     return filesystem.open_input_stream(path, compression="detect", buffer_size=_BUFFER_BYTES)
 
 
@@ -292,7 +322,7 @@ def iter_parquet_rows(uri: str, batch_rows: int = 4096) -> Iterator[tuple[int, b
     """(1-based row number, row as JSON bytes) of every row of a Parquet file."""
     import pyarrow.parquet as pq
 
-    filesystem, path, _ = _filesystem(uri)
+    filesystem, path, _ = input_location(uri)
     number = 0
     with filesystem.open_input_file(path) as handle:
         for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows):

@@ -344,6 +344,38 @@ def test_a_killed_runs_storage_marker_counts_as_its_output(tmp_path):
     assert list(out.iterdir()) == []
 
 
+def test_an_output_folder_inside_the_input_folder_is_never_read_back(
+    ray_local, chat_inputs, tmp_path, capsys
+):
+    """``--input data --output data/clean`` twice: the second run reads the inputs, not the first run's
+    kept and dropped parts and stats.json (before, it listed them, --overwrite deleted them, and the
+    reads failed as if a node could not see its files)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in sorted(chat_inputs.iterdir()):
+        (data / f.name).write_bytes(f.read_bytes())
+    out = data / "clean"
+    args = ["--input", str(data), "--output", str(out), "--no-progress"]
+    assert main(args) == 0
+    first = json.loads((out / "stats.json").read_text())
+    capsys.readouterr()
+    assert main([*args, "--overwrite"]) == 0
+    captured = capsys.readouterr()
+    assert "not reading 3 file(s) of an earlier run's output under --output" in captured.err
+    second = json.loads((out / "stats.json").read_text())
+    assert second["inputs"] == first["inputs"] == [str(data / f.name) for f in sorted(chat_inputs.iterdir())]
+    assert (second["rows_read"], second["kept"], second["dropped"]) == (
+        first["rows_read"],
+        first["kept"],
+        first["dropped"],
+    )
+    # named on its own, an output of the folder is refused before anything is deleted
+    (kept,) = (out / "kept").iterdir()
+    assert main(["--input", str(kept), "--output", str(out), "--overwrite"]) == 2
+    assert f"input {str(kept)!r} is an output of this job's --output folder" in capsys.readouterr().err
+    assert kept.exists()
+
+
 def test_dry_run_prints_plan_without_ray(chat_inputs, tmp_path, capsys):
     config = tmp_path / "pipeline.yaml"
     config.write_text("steps:\n  - HardFilter\n  - DedupFilter\n")

@@ -89,6 +89,48 @@ def test_expand_files_dirs_globs_and_uris_in_order(tmp_path):
     assert sources[0].uri == str(tmp_path / "x.jsonl") and sources[0].format == "jsonl"
 
 
+def test_the_jobs_own_outputs_are_skipped_in_expansions_and_refused_when_named(tmp_path, caplog):
+    from jobs.preprocess.job import is_own_output
+
+    data = tmp_path / "data"
+    for name in [
+        "a.jsonl",
+        "clean/kept/part-1.jsonl",
+        "clean/dropped/part-1.jsonl",
+        "clean/stats.json",
+        "clean/extra.jsonl",
+        "cleaner/b.jsonl",
+    ]:
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_text("{}\n")
+    (tmp_path / "link").symlink_to(data)
+    for output in [
+        str(data / "clean"),
+        "file://" + str(data / "clean") + "/",
+        str(tmp_path / "link" / "clean"),
+    ]:
+        own = is_own_output(output)
+        caplog.clear()
+        sources = expand_inputs([str(data)], skip=own)
+        # only the job's outputs are skipped: other files in the folder, and a sibling folder, are read
+        assert [s.uri.removeprefix(str(data)) for s in sources] == [
+            "/a.jsonl",
+            "/clean/extra.jsonl",
+            "/cleaner/b.jsonl",
+        ]
+        assert [s.index for s in sources] == [0, 1, 2]
+        assert "not reading 3 file(s) of an earlier run's output" in caplog.text
+        assert len(expand_inputs([str(data / "**" / "*.json*")], skip=own)) == 3
+        with pytest.raises(InputError, match="is an output of this job's --output folder"):
+            expand_inputs([str(data / "clean" / "stats.json")], skip=own)
+        with pytest.raises(InputError, match="hold only files of an earlier run's output"):
+            expand_inputs([str(data / "clean" / "kept")], skip=own)
+    # object store URIs compare as URIs
+    own = is_own_output("s3://bucket/data/clean")
+    assert own("s3://bucket/data/clean/kept/part-1.jsonl") and own("s3://bucket/data/clean/stats.json")
+    assert not own("s3://bucket/data/clean/extra.jsonl") and not own("s3://bucket/data/cleaner/kept/x.jsonl")
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [
