@@ -26,7 +26,7 @@ class PreprocessConfig:
     inputs: list[str] = field(
         default_factory=list,
         metadata=option(
-            "input files, directories, globs or pyarrow URIs (JSONL, optionally .gz, or Parquet)",
+            "input files, directories, globs or pyarrow URIs (JSON Lines or a JSON array, optionally .gz, or Parquet)",
             flag="--input",
             metavar="PATH",
             nargs="+",

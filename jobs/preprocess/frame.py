@@ -6,7 +6,7 @@ Each row is carried as its JSON text (column ``row``), next to its id and its fa
 column     type            meaning
 =========  ==============  ===========================================================
 ``_src``   int32           index of the source file in the expanded input list
-``_line``  int64           1-based line (JSONL) or row number (Parquet) in that file
+``_line``  int64           1-based line (JSONL), row (Parquet) or array element (JSON)
 ``_kind``  int8            0 live, 1 dropped, 2 statistics record, 3 ledger record
 ``_step``  string          step that dropped the row (null while live)
 ``_reason`` string         drop reason (null while live)

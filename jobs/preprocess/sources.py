@@ -4,7 +4,8 @@ Pure functions over pyarrow file systems, with no Ray: the Ray datasource, the o
 run and the tests all read through these, so every run numbers and parses rows the same way.
 
 A row's id is ``(source index, line)``: the position of its file in the expanded input list and its
-1-based line number (for Parquet, its 1-based row number). Sorting by id gives input order, which
+1-based line number (for Parquet, its 1-based row number; for a ``.json`` file holding one JSON
+array, the element's 1-based number). Sorting by id gives input order, which
 is what deterministic tie-breaks (dedup) use.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import decimal
+import itertools
 import json
 import logging
 import os
@@ -20,6 +22,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from .json_array import BrokenArrayError, array_records, starts_array
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +35,11 @@ UNREADABLE_FAIL, UNREADABLE_DROP = "fail", "drop"
 UNREADABLE_MODES = (UNREADABLE_FAIL, UNREADABLE_DROP)
 
 JSONL = "jsonl"
+JSON = "json"  # JSON Lines, or one JSON array of records (told apart by the first byte)
 PARQUET = "parquet"
-FORMATS = (JSONL, PARQUET)
+FORMATS = (JSONL, JSON, PARQUET)
 # Extension (after stripping a compression suffix) -> format.
-_EXTENSIONS = {".jsonl": JSONL, ".json": JSONL, ".ndjson": JSONL, ".parquet": PARQUET, ".pq": PARQUET}
+_EXTENSIONS = {".jsonl": JSONL, ".json": JSON, ".ndjson": JSONL, ".parquet": PARQUET, ".pq": PARQUET}
 _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".zst", ".lz4", ".br")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 # Files are fetched in 8 MiB requests (one per request on object stores) and split into lines
@@ -253,30 +258,56 @@ def _open_stream(uri: str) -> Any:
     return filesystem.open_input_stream(path, compression="detect", buffer_size=_BUFFER_BYTES)
 
 
+def _pieces(stream: Any) -> Iterator[bytes]:
+    """The stream's bytes in pieces of about ``_PIECE_BYTES``, a leading UTF-8 byte-order mark removed."""
+    first = True
+    while chunk := stream.read(_PIECE_BYTES):
+        if first:
+            chunk = chunk.removeprefix(_UTF8_BOM)
+            first = False
+        if chunk:
+            yield chunk
+
+
+def _lines(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
+    number = 0
+    rest = b""
+    for chunk in pieces:
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            number += 1
+            if line.strip():
+                yield number, line.removesuffix(b"\r")
+    if rest.strip():
+        yield number + 1, rest.removesuffix(b"\r")
+
+
 def iter_lines(uri: str) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, line bytes) of every non-blank line; ``\\r\\n`` endings and a leading
     UTF-8 byte-order mark are removed. Blank lines are not rows and are skipped."""
-    number = 0
-    rest = b""
+    return iter_json_text(uri, JSONL)
+
+
+def iter_json_text(uri: str, format: str) -> Iterator[tuple[int, bytes]]:
+    """The records of a JSON text file: its non-blank lines (:func:`iter_lines`), or for format
+    ``json`` whose first non-space byte is ``[``, the elements of that one array, numbered from 1
+    (:mod:`.json_array`)."""
     with _open_stream(uri) as stream:
-        first = True
-        while True:
-            chunk = stream.read(_PIECE_BYTES)
-            if not chunk:
-                break
-            if first:
-                chunk = chunk.removeprefix(_UTF8_BOM)
-                first = False
-            lines = (rest + chunk).split(b"\n")
-            rest = lines.pop()
-            for line in lines:
-                number += 1
-                if line.strip():
-                    yield number, line.removesuffix(b"\r")
-    if rest.strip():
-        yield number + 1, rest.removesuffix(b"\r")
-    if number + 1 > MAX_LINE:
-        raise InputError(f"{uri}: more than {MAX_LINE} lines")
+        pieces = _pieces(stream)
+        records = _lines(pieces)
+        if format == JSON:
+            head = b""
+            for chunk in pieces:  # up to the first non-space byte, which tells the layout
+                head += chunk
+                if head.strip():
+                    break
+            rest = itertools.chain([head], pieces)
+            records = array_records(rest) if starts_array(head) else _lines(rest)
+        for number, raw in records:
+            if number > MAX_LINE:
+                raise InputError(f"{uri}: more than {MAX_LINE} records")
+            yield number, raw
 
 
 def json_default(value: Any) -> Any:
@@ -336,12 +367,16 @@ def iter_records(source: Source) -> Iterator[tuple[int, bytes]]:
     :class:`UnreadableInputError` after the last readable record when the file breaks off."""
     from pyarrow.lib import ArrowException
 
-    records = iter_parquet_rows(source.uri) if source.format == PARQUET else iter_lines(source.uri)
+    records = (
+        iter_parquet_rows(source.uri)
+        if source.format == PARQUET
+        else iter_json_text(source.uri, source.format)
+    )
     last = 0
     try:
         for last, raw in records:  # ``last``: the last record read, should the file break off
             yield last, raw
-    except (OSError, ArrowException) as exc:
+    except (OSError, ArrowException, BrokenArrayError) as exc:
         raise UnreadableInputError(source.uri, last + 1, f"{type(exc).__name__}: {exc}") from exc
 
 

@@ -32,3 +32,19 @@ def parquet_input(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("parquet_input") / "chats.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
+
+
+@pytest.fixture(scope="session")
+def json_array_input(tmp_path_factory) -> Path:
+    """Chat rows (ids from 200,000) as one pretty-printed JSON array, the layout many chat datasets
+    ship in, with an element that is not JSON and one that is not an object."""
+    import json
+
+    rows = chat_rows(150, seed=13)
+    for i, row in enumerate(rows):
+        row["id"] = 200_000 + i
+    elements = [json.dumps(row, indent=1, ensure_ascii=i % 2 == 0) for i, row in enumerate(rows)]
+    elements[10:10] = ['{"id": 299998, "messages": tru}', '"not a row"']
+    path = tmp_path_factory.mktemp("json_array_input") / "chats.json"
+    path.write_text("[\n" + ",\n".join(elements) + "\n]\n", encoding="utf-8", errors="surrogateescape")
+    return path

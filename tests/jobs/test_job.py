@@ -122,6 +122,7 @@ def test_job_equals_one_process_run(
     ray_local,
     chat_inputs,
     parquet_input,
+    json_array_input,
     tmp_path,
     capsys,
     caplog,
@@ -145,7 +146,7 @@ def test_job_equals_one_process_run(
     markers = tmp_path / "markers"
     markers.mkdir()
     scheme = "local://" if uris else ""
-    inputs = [scheme + str(chat_inputs / "*.jsonl*"), scheme + str(parquet_input)] + (
+    inputs = [scheme + str(p) for p in (chat_inputs / "*.jsonl*", parquet_input, json_array_input)] + (
         [str(SAMPLE)] if pipeline == "bundled-default" else []
     )
     output = scheme + str(tmp_path / "out")
@@ -209,6 +210,7 @@ def test_job_equals_one_process_run(
     assert all("__twinkle_row_id__" not in line for line in out["kept_lines"])
     kept_ids = {json.loads(line)["id"] for line in out["kept_lines"]}
     assert kept_ids & set(range(100_000, 200_000))  # Parquet rows made it
+    assert kept_ids & set(range(200_000, 300_000))  # and the JSON array's
     assert kept_ids & set(range(900_000, 900_003))  # and a row holding a lone surrogate
     if output_format == "parquet":
         table = pq.read_table(tmp_path / "out" / "kept")
@@ -257,6 +259,10 @@ def test_unreadable_files_stop_the_run_naming_them_or_become_drops(
     whole = gzip.compress(rows)
     (broken / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
     (broken / "cut.parquet").write_bytes(b"PAR1" + b"\0" * 64)
+    array = json.dumps(
+        [{"id": 600_000 + i, "messages": [{"role": "user", "content": f"ask {i} " * 9}]} for i in range(900)]
+    )
+    (broken / "cut.json").write_bytes(array[: len(array) // 2].encode())  # one JSON array, broken off
     argv = ["--input", str(chat_inputs / "*.jsonl*"), str(broken), "--no-progress", "--dedup-partitions", "3"]
 
     assert main([*argv, "--output", str(tmp_path / "stopped")]) == 2
@@ -272,16 +278,22 @@ def test_unreadable_files_stop_the_run_naming_them_or_become_drops(
     assert main(argv) == 0
     cfg = resolve_config(build_parser().parse_args(argv))
     captured = capsys.readouterr()
-    assert "2 input file(s) could not be read to their end" in captured.err
+    assert "3 input file(s) could not be read to their end" in captured.err
     out = check_run_against_reference(cfg, captured.out.strip().splitlines()[-1])
     unreadable = {(e["source"], e["line"]) for e in out["ledger"] if e["reason"] == "unreadable_file"}
     cut_line = next(line for source, line in unreadable if source.endswith("cut.jsonl.gz"))
-    assert unreadable == {(str(broken / "cut.jsonl.gz"), cut_line), (str(broken / "cut.parquet"), 1)}
+    cut_element = next(line for source, line in unreadable if source.endswith("cut.json"))
+    assert unreadable == {
+        (str(broken / "cut.jsonl.gz"), cut_line),
+        (str(broken / "cut.parquet"), 1),
+        (str(broken / "cut.json"), cut_element),
+    }
     read_ids = {entry["row"]["id"] for entry in out["ledger"] if isinstance(entry["row"], dict)}
     read_ids |= {json.loads(line)["id"] for line in out["kept_lines"]}
     assert cut_line > 1 and set(range(500_000, 500_000 + cut_line - 1)) <= read_ids
+    assert cut_element > 1 and set(range(600_000, 600_000 + cut_element - 1)) <= read_ids
     read_step = out["stats"]["steps"][0]
-    assert read_step["step"] == "read" and read_step["reasons"]["unreadable_file"] == 2
+    assert read_step["step"] == "read" and read_step["reasons"]["unreadable_file"] == 3
 
 
 def test_run_whose_counts_do_not_add_up_fails_without_reports(
