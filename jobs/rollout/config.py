@@ -82,7 +82,10 @@ class RolloutJobConfig:
         metadata=option("model directory or hub id (default: the bundled tiny model)", metavar="PATH"),
     )
     prompts: str = field(
-        default="", metadata=option("prompts file: JSONL (optionally .gz) or Parquet", metavar="PATH")
+        default="",
+        metadata=option(
+            "prompts file: JSON Lines, a JSON array (.json) or Parquet, optionally compressed", metavar="PATH"
+        ),
     )
     output: str = field(
         default="", metadata=option("output directory (journal, trajectories, summary)", metavar="DIR")

@@ -12,7 +12,6 @@ Ids are stable across runs over the same file, which is what lets an interrupted
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 from collections import Counter
@@ -63,8 +62,17 @@ def _problem(row: Any) -> str | None:
 
 
 def read_rows(path: str) -> list[tuple[int, Any]]:
-    """``(line or row number, decoded row)`` pairs; a line that is not JSON is reported, not skipped."""
-    if path.endswith(".parquet"):
+    """``(line or row number, decoded row)`` pairs; a line that is not JSON is reported, not skipped.
+
+    Files are read as the preprocess job reads them (local paths or URIs; JSON Lines, a ``.json``
+    file holding one JSON array, or Parquet; compressed or not)."""
+    from pyarrow.lib import ArrowException
+
+    from jobs.preprocess.json_array import BrokenArrayError
+    from jobs.preprocess.sources import JSONL, PARQUET, format_of, iter_json_text
+
+    layout = format_of(path) or JSONL
+    if layout == PARQUET:
         import pyarrow.parquet as pq
 
         try:
@@ -77,18 +85,14 @@ def read_rows(path: str) -> list[tuple[int, Any]]:
                 if isinstance(row.get(key), str):
                     row[key] = json.loads(row[key])
         return list(enumerate(rows, start=1))
-    opener = gzip.open if path.endswith(".gz") else open
     out: list[tuple[int, Any]] = []
     try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append((number, json.loads(line)))
-                except ValueError as exc:
-                    out.append((number, _BadLine(str(exc))))
-    except OSError as exc:
+        for number, raw in iter_json_text(path, layout):
+            try:
+                out.append((number, json.loads(raw)))
+            except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+                out.append((number, _BadLine(str(exc))))
+    except (OSError, ArrowException, BrokenArrayError) as exc:
         raise PromptError(f"cannot read prompts {path}: {exc}") from exc
     return out
 

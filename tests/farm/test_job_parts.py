@@ -111,6 +111,26 @@ def test_bad_prompt_rows_are_all_listed_with_their_lines(tmp_path):
         assert line in text
 
 
+def test_prompts_as_a_json_array_compressed_or_not_utf8(tmp_path):
+    """Prompt files read as the preprocess job reads inputs: a .json array, any compression, bytes
+    that are not UTF-8 reported as a bad row (they stopped the run with a traceback before)."""
+    import bz2
+
+    rows = [{"id": "a", "prompt": "hi"}, {"id": "b", "messages": [{"role": "user", "content": "héllo"}]}]
+    (tmp_path / "p.json").write_text(json.dumps(rows, indent=2, ensure_ascii=False), encoding="utf-8")
+    assert load_prompts(str(tmp_path / "p.json")) == rows
+    (tmp_path / "p.jsonl.bz2").write_bytes(bz2.compress("\n".join(json.dumps(r) for r in rows).encode()))
+    assert load_prompts(str(tmp_path / "p.jsonl.bz2")) == rows
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(PromptError, match=r"1 prompt row\(s\) cannot be rolled out: line 2: not JSON \('utf-8' codec"):
+        load_prompts(str(tmp_path / "latin1.jsonl"))
+    (tmp_path / "cut.json").write_text(json.dumps(rows)[:30])
+    with pytest.raises(PromptError, match=r"cannot read prompts .*cut\.json: the file ends inside the array, before element 2"):
+        load_prompts(str(tmp_path / "cut.json"))
+    with pytest.raises(PromptError, match="cannot read prompts"):
+        load_prompts(str(tmp_path / "missing.jsonl"))
+
+
 def test_ids_are_stable_unique_and_expand_per_sample(tmp_path):
     rows = [{"id": "a", "prompt": "hi"}, {"prompt": "same"}, {"prompt": "same"}, {"prompt": "other", "kind": "x"}]
     once = to_trajectories(rows)
