@@ -1,0 +1,96 @@
+#!/usr/bin/env python
+"""Reading the same rows from each JSON text layout the preprocess job accepts, side by side in one run.
+
+    python bench/read_formats.py --rows 50000 --rounds 3
+
+Generates chat rows (scripts/make_sample_data.py, bad lines left out so that every layout holds the
+same rows), writes them as JSON Lines and as one pretty-printed JSON array in a ``.json`` file, each
+plain and gzipped, then reads each with ``read_source`` + ``parse_read`` (what a read
+task and the first stage do before any step runs), alternating layouts within each round. Prints CPU
+microseconds per record (median over rounds) and the ratio to JSON Lines; appends a JSON record to
+``--record`` when given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.records import emit_record, git_sha  # noqa: E402
+
+
+def write_layouts(rows: list[dict], folder: Path) -> dict[str, Path]:
+    lines = ("\n".join(json.dumps(row, ensure_ascii=False) for row in rows) + "\n").encode("utf-8")
+    array = json.dumps(rows, ensure_ascii=False, indent=2).encode("utf-8")
+    paths = {}
+    for name, file, data in [("jsonl", "rows.jsonl", lines), ("json array", "rows.json", array)]:
+        paths[name] = folder / file
+        paths[name].write_bytes(data)
+        paths[name + " .gz"] = folder / (file + ".gz")
+        paths[name + " .gz"].write_bytes(gzip.compress(data, compresslevel=6))
+    return paths
+
+
+def read_cpu_s(path: Path) -> tuple[float, int]:
+    """CPU seconds to read and parse every record of ``path``, and how many rows came out."""
+    from jobs.preprocess.sources import expand_inputs, parse_read, read_source
+
+    (source,) = expand_inputs([str(path)])
+    start = time.process_time()
+    rows = sum(parse_read(raw, error)[0] is not None for _, raw, error in read_source(source))
+    return time.process_time() - start, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record", help="append the JSON record to this file")
+    args = parser.parse_args(argv)
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_sample_data import generate_rows
+
+    rows = [row for row in generate_rows(args.rows, args.seed)[0] if isinstance(row, dict)]
+    with tempfile.TemporaryDirectory(prefix="twinkle-read-formats-") as tmp:
+        paths = write_layouts(rows, Path(tmp))
+        cpu: dict[str, list[float]] = {name: [] for name in paths}
+        for _ in range(args.rounds):
+            for name, path in paths.items():
+                seconds, read = read_cpu_s(path)
+                if read != len(rows):
+                    raise SystemExit(f"{name}: read {read} rows, wrote {len(rows)}")
+                cpu[name].append(seconds)
+        sizes = {name: path.stat().st_size for name, path in paths.items()}
+    per_record = {name: statistics.median(values) / len(rows) * 1e6 for name, values in cpu.items()}
+    print(f"{len(rows):,} rows, {args.rounds} rounds; CPU us per record (median), ratio to JSON Lines")
+    print(f"{'layout':<16} {'MB':>7} {'us/record':>10} {'ratio':>6}")
+    for name, us in per_record.items():
+        print(f"{name:<16} {sizes[name] / 1e6:>7.1f} {us:>10.1f} {us / per_record['jsonl']:>6.2f}")
+    emit_record(
+        {
+            "bench": "read_formats",
+            "params": {"rows": len(rows), "rounds": args.rounds, "seed": args.seed},
+            "git_sha": git_sha(),
+            "results": [
+                {"layout": name, "bytes": sizes[name], "cpu_s": cpu[name], "us_per_record": per_record[name]}
+                for name in paths
+            ],
+        },
+        args.record,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
