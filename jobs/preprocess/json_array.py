@@ -110,7 +110,7 @@ def _element(source: _Text, at: int, number: int) -> tuple[int, int, int]:
             stop = following.start() if following else -1
             if stop >= 0 and text[stop] not in ",]":  # valid JSON, then something else
                 end = stop = _extent(text, at, number)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # _extent does not recurse
             end = stop = _extent(text, at, number)
         if stop >= 0:
             return at, end, stop
