@@ -24,6 +24,8 @@ from typing import Any
 from twinkle_agentic.preprocessor.dedup import DedupFilter
 from twinkle_agentic.preprocessor.quality import step_name
 
+from .step_kwargs import kwargs_problem
+
 STAGE_OPTIONS = ("actors", "batch_size")
 
 
@@ -106,6 +108,9 @@ def resolve_step_class(name: str) -> Any:
 
 def build_step(spec: StepSpec) -> Any:
     factory = resolve_step_class(spec.name)
+    problem = kwargs_problem(factory, spec.kwargs)
+    if problem:
+        raise ConfigError(f"step {spec.name}: {problem}")
     try:
         step = factory(**spec.kwargs)
     except (TypeError, ValueError) as exc:

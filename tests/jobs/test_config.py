@@ -23,7 +23,7 @@ from jobs.preprocess.job import (
 from jobs.preprocess.sink import SinkResult
 from jobs.preprocess.sources import Source
 from jobs.preprocess.stages import READ_POSITION
-from jobs.preprocess.steps import ConfigError, StepSpec
+from jobs.preprocess.steps import ConfigError, StepSpec, build_step
 from twinkle_agentic.preprocessor.stats import StepStats
 
 
@@ -80,6 +80,37 @@ def test_config_errors_name_the_problem(tmp_path, yaml_text, argv, message):
     config.write_text(yaml_text)
     with pytest.raises(ConfigError, match=message):
         resolve("--config", str(config), "--input", "x", "--output", "o", *argv)
+
+
+@pytest.mark.parametrize(
+    "step, kwargs, message",
+    [
+        (
+            "HardFilter",
+            {"min_user_chars": "10k"},
+            r"min_user_chars must be an integer or null, got '10k' \(str\)",
+        ),
+        ("HardFilter", {"max_rounds": True}, "max_rounds must be an integer or null, got True"),
+        ("DeadLoopFilter", {"cascade_window": None}, "cascade_window must be an integer, got None"),
+        (
+            "TokenSoupFilter",
+            {"replacement_char_ratio": "1%"},
+            "replacement_char_ratio must be a number or null",
+        ),
+        ("IntentClassifier", {"drop_no_key_rounds": "yes"}, "drop_no_key_rounds must be true or false"),
+        ("MessageNormalizer", {"tool_calls_format": 3}, "tool_calls_format must be a string, got 3"),
+    ],
+)
+def test_step_settings_of_the_wrong_type_are_refused_before_ray_starts(step, kwargs, message):
+    """Most steps store settings as given: a wrong type used to build, then raise in the first batch."""
+    with pytest.raises(ConfigError, match=f"step {step}: {message}"):
+        build_step(StepSpec(step, kwargs))
+
+
+def test_step_settings_of_the_right_types_build():
+    assert build_step(StepSpec("HardFilter", {"min_user_chars": None, "system_deny_keywords": ["x"]}))
+    assert build_step(StepSpec("TokenSoupFilter", {"replacement_char_ratio": 1}))  # an integer is a number
+    assert build_step(StepSpec("job_steps:ShoutMapper", {}))  # a step of one's own, annotated or not
 
 
 def test_missing_input_or_output_is_a_config_error():
