@@ -24,8 +24,20 @@ _NOT_SPACE = re.compile(r"[^ \t\r\n]")
 _decode = json.JSONDecoder().raw_decode
 
 
-class BrokenArrayError(ValueError):
-    """The array's structure is broken; the elements before the one named were read."""
+class JSONLayoutError(ValueError):
+    """A ``.json`` file cannot be read as records from here on: a broken array (the elements before
+    the one named were read), or one object spread over several lines."""
+
+
+def one_object_over_lines(first_line: bytes) -> JSONLayoutError | None:
+    """The error for a ``.json`` file whose first non-blank line is a lone ``{``: one pretty-printed
+    object (rows wrapped in a key, say), which read as JSON Lines would be a malformed drop per line."""
+    if first_line.strip() != b"{":
+        return None
+    return JSONLayoutError(
+        "the file holds one JSON object spread over several lines; rows must be JSON Lines (one object "
+        "per line) or one JSON array of objects"
+    )
 
 
 def starts_array(head: bytes) -> bool:
@@ -96,7 +108,7 @@ def _extent(text: str, start: int, number: int) -> int:
         elif char == "]":
             return match.start()
         elif char == "}":
-            raise BrokenArrayError(f"a '}}' without its '{{' in element {number}")
+            raise JSONLayoutError(f"a '}}' without its '{{' in element {number}")
 
 
 def _element(source: _Text, at: int, number: int) -> tuple[int, int, int]:
@@ -115,19 +127,19 @@ def _element(source: _Text, at: int, number: int) -> tuple[int, int, int]:
         if stop >= 0:
             return at, end, stop
         if source.ended:
-            raise BrokenArrayError(f"the file ends inside element {number}")
+            raise JSONLayoutError(f"the file ends inside element {number}")
         at -= source.grow(at, max(len(text) - at, 1))  # doubling: a long element is re-read log-many times
 
 
 def array_records(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
     """(1-based element number, element bytes) of the JSON array that ``pieces`` spell out.
 
-    Raises :class:`BrokenArrayError` where the structure breaks, after yielding every element before.
+    Raises :class:`JSONLayoutError` where the structure breaks, after yielding every element before.
     """
     source = _Text(pieces)
     at = source.next_byte(0)
     if at < 0 or source.text[at] != "[":
-        raise BrokenArrayError("the file does not start with a JSON array")
+        raise JSONLayoutError("the file does not start with a JSON array")
     at = source.next_byte(at + 1)
     if at >= 0 and source.text[at] == "]":
         _check_end(source, at + 1)
@@ -136,7 +148,7 @@ def array_records(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
     while True:
         number += 1
         if at < 0:
-            raise BrokenArrayError(f"the file ends inside the array, before element {number}")
+            raise JSONLayoutError(f"the file ends inside the array, before element {number}")
         start, end, stop = _element(source, at, number)
         text = source.text
         yield number, text[start:end].strip().encode("utf-8", "surrogateescape")
@@ -148,4 +160,4 @@ def array_records(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
 
 def _check_end(source: _Text, at: int) -> None:
     if source.next_byte(at) >= 0:
-        raise BrokenArrayError("something follows the array's closing ']'")
+        raise JSONLayoutError("something follows the array's closing ']'")

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .json_array import BrokenArrayError, array_records, starts_array
+from .json_array import JSONLayoutError, array_records, one_object_over_lines, starts_array
 
 logger = logging.getLogger(__name__)
 
@@ -283,6 +283,17 @@ def _lines(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
         yield number + 1, rest.removesuffix(b"\r")
 
 
+def _json_lines(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
+    """:func:`_lines` of a ``.json`` file, which must not be one object over several lines."""
+    records = _lines(pieces)
+    for number, line in records:
+        if error := one_object_over_lines(line):
+            raise error
+        yield number, line
+        break
+    yield from records
+
+
 def iter_lines(uri: str) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, line bytes) of every non-blank line; ``\\r\\n`` endings and a leading
     UTF-8 byte-order mark are removed. Blank lines are not rows and are skipped."""
@@ -303,7 +314,7 @@ def iter_json_text(uri: str, format: str) -> Iterator[tuple[int, bytes]]:
                 if head.strip():
                     break
             rest = itertools.chain([head], pieces)
-            records = array_records(rest) if starts_array(head) else _lines(rest)
+            records = array_records(rest) if starts_array(head) else _json_lines(rest)
         for number, raw in records:
             if number > MAX_LINE:
                 raise InputError(f"{uri}: more than {MAX_LINE} records")
@@ -376,7 +387,7 @@ def iter_records(source: Source) -> Iterator[tuple[int, bytes]]:
     try:
         for last, raw in records:  # ``last``: the last record read, should the file break off
             yield last, raw
-    except (OSError, ArrowException, BrokenArrayError) as exc:
+    except (OSError, ArrowException, JSONLayoutError) as exc:
         raise UnreadableInputError(source.uri, last + 1, f"{type(exc).__name__}: {exc}") from exc
 
 

@@ -68,7 +68,7 @@ def read_rows(path: str) -> list[tuple[int, Any]]:
     file holding one JSON array, or Parquet; compressed or not)."""
     from pyarrow.lib import ArrowException
 
-    from jobs.preprocess.json_array import BrokenArrayError
+    from jobs.preprocess.json_array import JSONLayoutError
     from jobs.preprocess.sources import JSONL, PARQUET, format_of, iter_json_text
 
     layout = format_of(path) or JSONL
@@ -92,7 +92,7 @@ def read_rows(path: str) -> list[tuple[int, Any]]:
                 out.append((number, json.loads(raw)))
             except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
                 out.append((number, _BadLine(str(exc))))
-    except (OSError, ArrowException, BrokenArrayError) as exc:
+    except (OSError, ArrowException, JSONLayoutError) as exc:
         raise PromptError(f"cannot read prompts {path}: {exc}") from exc
     return out
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.preprocess.json_array import BrokenArrayError, array_records
+from jobs.preprocess.json_array import JSONLayoutError, array_records
 from jobs.preprocess.sources import (
     JSON,
     MALFORMED_JSON,
@@ -28,7 +28,7 @@ def records(document: bytes, piece: int) -> list:
     out: list = []
     try:
         out.extend(array_records(iter([document[i : i + piece] for i in range(0, len(document), piece)])))
-    except BrokenArrayError as exc:
+    except JSONLayoutError as exc:
         out.append(("broken", str(exc)))
     return out
 
@@ -108,7 +108,7 @@ def test_a_broken_array_is_an_unreadable_file_after_its_last_whole_element(tmp_p
     path.write_bytes(text[: len(text) * 2 // 3])
     (source,) = expand_inputs([str(path)])
     with pytest.raises(
-        UnreadableInputError, match=r"cut\.json: unreadable from record \d+ on \(BrokenArrayError"
+        UnreadableInputError, match=r"cut\.json: unreadable from record \d+ on \(JSONLayoutError"
     ):
         list(read_source(source))
     *whole, (line, raw, error) = read_source(source, "drop")
@@ -120,3 +120,20 @@ def test_a_broken_array_is_an_unreadable_file_after_its_last_whole_element(tmp_p
     got = [(n, parse_read(r, e)[1]) for n, r, e in read_source(source)]
     assert got == [(1, None), (2, MALFORMED_JSON), (3, None)]
     assert [n for n, _ in iter_json_text(str(path), JSON)] == [1, 2, 3]
+
+
+def test_a_json_file_holding_one_object_over_lines_is_an_unreadable_file(tmp_path):
+    """Rows wrapped in one pretty-printed object: not a malformed drop per line, one clear error."""
+    rows = [{"id": i, "messages": [{"role": "user", "content": "hi"}]} for i in range(3)]
+    path = tmp_path / "wrapped.json"
+    path.write_text(json.dumps({"data": rows}, indent=2))
+    (source,) = expand_inputs([str(path)])
+    with pytest.raises(UnreadableInputError, match="holds one JSON object spread over several lines"):
+        list(read_source(source))
+    ((line, raw, error),) = read_source(source, "drop")
+    assert line == 1 and parse_read(raw, error)[1] == UNREADABLE_FILE
+    # a .jsonl file says it is JSON Lines: each line is a record, as the issue asks
+    jsonl = tmp_path / "wrapped.jsonl"
+    jsonl.write_text(path.read_text())
+    (source,) = expand_inputs([str(jsonl)])
+    assert {parse_read(r, e)[1] for _, r, e in read_source(source)} == {MALFORMED_JSON}
