@@ -190,7 +190,7 @@ def expand_inputs(
         raise InputError(f"input format {input_format!r} is not supported; use one of {', '.join(FORMATS)}")
     if not specs:
         raise InputError("no input given: pass --input PATH (files, directories, globs or URIs)")
-    found: list[tuple[str, str, int | None]] = []
+    found: list[tuple[str, str, int | None, bool]] = []  # uri, format, size, named on its own
     for spec in specs:
         filesystem, path, prefix = input_location(spec)
         if _GLOB_CHARS.search(path):
