@@ -25,19 +25,7 @@ _decode = json.JSONDecoder().raw_decode
 
 
 class JSONLayoutError(ValueError):
-    """A ``.json`` file cannot be read as records from here on: a broken array (the elements before
-    the one named were read), or one object spread over several lines."""
-
-
-def one_object_over_lines(first_line: bytes) -> JSONLayoutError | None:
-    """The error for a ``.json`` file whose first non-blank line is a lone ``{``: one pretty-printed
-    object (rows wrapped in a key, say), which read as JSON Lines would be a malformed drop per line."""
-    if first_line.strip() != b"{":
-        return None
-    return JSONLayoutError(
-        "the file holds one JSON object spread over several lines; rows must be JSON Lines (one object "
-        "per line) or one JSON array of objects"
-    )
+    """A JSON array's structure is broken: the elements before the one named were read."""
 
 
 def starts_array(head: bytes) -> bool:

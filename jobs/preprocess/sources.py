@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .json_array import JSONLayoutError, array_records, one_object_over_lines, starts_array
+from .json_array import JSONLayoutError, array_records, starts_array
 
 logger = logging.getLogger(__name__)
 
@@ -283,17 +283,6 @@ def _lines(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
         yield number + 1, rest.removesuffix(b"\r")
 
 
-def _json_lines(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
-    """:func:`_lines` of a ``.json`` file, which must not be one object over several lines."""
-    records = _lines(pieces)
-    for number, line in records:
-        if error := one_object_over_lines(line):
-            raise error
-        yield number, line
-        break
-    yield from records
-
-
 def iter_lines(uri: str) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, line bytes) of every non-blank line; ``\\r\\n`` endings and a leading
     UTF-8 byte-order mark are removed. Blank lines are not rows and are skipped."""
@@ -314,7 +303,7 @@ def iter_json_text(uri: str, format: str) -> Iterator[tuple[int, bytes]]:
                 if head.strip():
                     break
             rest = itertools.chain([head], pieces)
-            records = array_records(rest) if starts_array(head) else _json_lines(rest)
+            records = array_records(rest) if starts_array(head) else _lines(rest)
         for number, raw in records:
             if number > MAX_LINE:
                 raise InputError(f"{uri}: more than {MAX_LINE} records")

@@ -122,18 +122,11 @@ def test_a_broken_array_is_an_unreadable_file_after_its_last_whole_element(tmp_p
     assert [n for n, _ in iter_json_text(str(path), JSON)] == [1, 2, 3]
 
 
-def test_a_json_file_holding_one_object_over_lines_is_an_unreadable_file(tmp_path):
-    """Rows wrapped in one pretty-printed object: not a malformed drop per line, one clear error."""
-    rows = [{"id": i, "messages": [{"role": "user", "content": "hi"}]} for i in range(3)]
-    path = tmp_path / "wrapped.json"
-    path.write_text(json.dumps({"data": rows}, indent=2))
+def test_a_json_file_holding_one_object_over_lines_reads_line_by_line(tmp_path):
+    """Not an array, so JSON Lines: each line of a pretty-printed object (a dataset's manifest next to
+    its data, say) is a malformed drop and the run goes on, as a bad line of a .jsonl file is."""
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"rows": 3, "kinds": {"clean": 2, "bad_line": 1}}, indent=2))
     (source,) = expand_inputs([str(path)])
-    with pytest.raises(UnreadableInputError, match="holds one JSON object spread over several lines"):
-        list(read_source(source))
-    ((line, raw, error),) = read_source(source, "drop")
-    assert line == 1 and parse_read(raw, error)[1] == UNREADABLE_FILE
-    # a .jsonl file says it is JSON Lines: each line is a record, as the issue asks
-    jsonl = tmp_path / "wrapped.jsonl"
-    jsonl.write_text(path.read_text())
-    (source,) = expand_inputs([str(jsonl)])
-    assert {parse_read(r, e)[1] for _, r, e in read_source(source)} == {MALFORMED_JSON}
+    got = [(line, parse_read(raw, error)[1]) for line, raw, error in read_source(source)]
+    assert got == [(n, MALFORMED_JSON) for n in range(1, 8)]
