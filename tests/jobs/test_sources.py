@@ -222,3 +222,17 @@ def test_a_file_that_breaks_off_stops_the_read_naming_it_or_becomes_one_drop(tmp
     assert (line, raw) == (error.line, b"") and why.startswith(f"unreadable from record {line} on: ")
     assert parse_read(raw, why) == (None, UNREADABLE_FILE, why)
     assert all(error is None for _, _, error in records[:-1])
+
+
+def test_the_bundled_sample_folder_reads_to_its_end():
+    """``--input data/sample``: its pretty-printed manifest.json sits beside the data, and reads as
+    JSON Lines (a malformed_json drop per line), never as an error that stops the run."""
+    from pathlib import Path
+
+    from jobs.preprocess.inprocess import read_rows
+
+    folder = Path(__file__).resolve().parents[2] / "data" / "sample"
+    rows, dropped, records = read_rows([str(folder)])
+    manifest_lines = sum(1 for line in (folder / "manifest.json").read_text().splitlines() if line.strip())
+    assert records == len(rows) + len(dropped)
+    assert sum(1 for _, reason, _ in dropped if reason == MALFORMED_JSON) >= manifest_lines
