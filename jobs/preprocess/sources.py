@@ -177,7 +177,8 @@ def expand_inputs(
     specs: list[str], input_format: str | None = None, skip: Callable[[str], bool] | None = None
 ) -> list[Source]:
     """Expand files, directories (recursive, files with a known extension) and globs, in the order
-    given; each glob or directory expands in sorted order. A file named twice is read once.
+    given; each glob or directory expands in sorted order. A file named twice is read once, also when
+    a link leads to it (under the first name it was found by).
 
     ``skip(uri)`` names files that must not be read: found through a directory or glob they are
     left out (and counted in a warning), named on their own they are an InputError. The job skips
@@ -223,7 +224,8 @@ def expand_inputs(
     seen: set[str] = set()
     skipped: set[str] = set()
     for uri, fmt, size, named in found:
-        if uri in seen:
+        same_file = uri if "://" in uri else os.path.realpath(uri)  # a local file reached by a link too
+        if same_file in seen:
             continue
         if skip is not None and skip(uri):
             if named:
@@ -238,7 +240,7 @@ def expand_inputs(
                 f"cannot tell the format of {uri!r} from its name; use .jsonl/.json/.parquet "
                 "(optionally .gz) or pass --input-format"
             )
-        seen.add(uri)
+        seen.add(same_file)
         sources.append(Source(len(sources), uri, fmt, size))
     if skipped:
         logger.warning(

@@ -87,6 +87,18 @@ def test_expand_files_dirs_globs_and_uris_in_order(tmp_path):
     assert [s.uri.rsplit("/", 1)[1] for s in sources] == ["a.jsonl", "b.jsonl", "c.jsonl.gz"]
     sources = expand_inputs(["file://" + str(tmp_path / "x.jsonl")])
     assert sources[0].uri == str(tmp_path / "x.jsonl") and sources[0].format == "jsonl"
+    # a file reached again through a link (to it, or to its folder) is read once, under its first name
+    (tmp_path / "y.jsonl").symlink_to(tmp_path / "x.jsonl")
+    (tmp_path / "d2").symlink_to(tmp_path / "d")
+    sources = expand_inputs(
+        [str(tmp_path / "x.jsonl"), str(tmp_path / "y.jsonl"), str(tmp_path / "d"), str(tmp_path / "d2")]
+    )
+    assert [s.uri.removeprefix(str(tmp_path)) for s in sources] == [
+        "/x.jsonl",
+        "/d/a.jsonl",
+        "/d/b.jsonl",
+        "/d/sub/c.jsonl.gz",
+    ]
 
 
 def test_the_jobs_own_outputs_are_skipped_in_expansions_and_refused_when_named(tmp_path, caplog):
