@@ -271,17 +271,16 @@ def output_entries(root: str) -> list[str]:
 
 
 def is_own_output(output: str) -> Callable[[str], bool]:
-    """Whether an input URI is one of the job's outputs in ``output``: an earlier run's kept and
-    dropped parts or its stats.json, which a directory or glob over the inputs' folder may find.
-    Read back, they would be counted twice, and ``--overwrite`` deletes them before the reads."""
+    """Whether an input's location (its URI; a local file's real path, as ``expand_inputs`` passes
+    it) is one of the job's outputs in ``output``: an earlier run's kept and dropped parts or its
+    stats.json, which a directory or glob over the inputs' folder may find. Read back, they would be
+    counted twice, and ``--overwrite`` deletes them before the reads."""
     if "://" in output and not output.startswith("file://"):  # inputs' URIs carry no query
-        root, resolve = output.split("?", 1)[0].rstrip("/"), str
+        entries = output_entries(output.split("?", 1)[0].rstrip("/"))
     else:  # a local path: compare where links lead
-        root, resolve = output_filesystem(output)[1], os.path.realpath
-    entries = [resolve(e) for e in output_entries(root)]
+        entries = [os.path.realpath(e) for e in output_entries(output_filesystem(output)[1])]
 
-    def own(uri: str) -> bool:
-        where = resolve(uri)
+    def own(where: str) -> bool:
         return any(where == e or where.startswith(e + "/") for e in entries)
 
     return own

@@ -180,7 +180,8 @@ def expand_inputs(
     given; each glob or directory expands in sorted order. A file named twice is read once, also when
     a link leads to it (under the first name it was found by).
 
-    ``skip(uri)`` names files that must not be read: found through a directory or glob they are
+    ``skip(location)`` names files that must not be read (``location``: the URI, or a local file's
+    real path): found through a directory or glob they are
     left out (and counted in a warning), named on their own they are an InputError. The job skips
     its own outputs with it, so that ``--input data --output data/clean`` does not read an earlier
     run's output back.
@@ -224,10 +225,10 @@ def expand_inputs(
     seen: set[str] = set()
     skipped: set[str] = set()
     for uri, fmt, size, named in found:
-        same_file = uri if "://" in uri else os.path.realpath(uri)  # a local file reached by a link too
-        if same_file in seen:
+        location = uri if "://" in uri else os.path.realpath(uri)  # a local file reached by a link too
+        if location in seen:
             continue
-        if skip is not None and skip(uri):
+        if skip is not None and skip(location):
             if named:
                 raise InputError(
                     f"input {uri!r} is an output of this job's --output folder, which a run replaces; "
@@ -240,7 +241,7 @@ def expand_inputs(
                 f"cannot tell the format of {uri!r} from its name; use .jsonl/.json/.parquet "
                 "(optionally .gz) or pass --input-format"
             )
-        seen.add(same_file)
+        seen.add(location)
         sources.append(Source(len(sources), uri, fmt, size))
     if skipped:
         logger.warning(
@@ -297,15 +298,14 @@ def iter_json_text(uri: str, format: str) -> Iterator[tuple[int, bytes]]:
     (:mod:`.json_array`)."""
     with _open_stream(uri) as stream:
         pieces = _pieces(stream)
-        records = _lines(pieces)
+        head = b""
         if format == JSON:
-            head = b""
             for chunk in pieces:  # up to the first non-space byte, which tells the layout
                 head += chunk
                 if head.strip():
                     break
-            rest = itertools.chain([head], pieces)
-            records = array_records(rest) if starts_array(head) else _lines(rest)
+        rest = itertools.chain([head], pieces)
+        records = array_records(rest) if starts_array(head) else _lines(rest)
         for number, raw in records:
             if number > MAX_LINE:
                 raise InputError(f"{uri}: more than {MAX_LINE} records")
