@@ -27,7 +27,8 @@ class JobCommand:
     """One job CLI. ``job`` names the module whose ``run(cfg)`` runs the job, imported only when a run
     starts (so ``--help`` and config errors never import Ray); ``user_error`` maps an exception to
     ``(error to print, stdout line)`` when it is bad config or input, else None; ``if_interrupted``
-    tells what to do with the output after an interrupt."""
+    tells what to do with the output after an interrupt; ``run_error`` finds, in a run failure that
+    Ray wrapped, the job's own error that says what failed (a step and its rows), for the last line."""
 
     name: str
     resolve: Callable[[argparse.Namespace], Any]
@@ -36,6 +37,7 @@ class JobCommand:
     render: Callable[[Any], str]
     user_error: Callable[[Exception, float], tuple[Exception, str] | None]
     if_interrupted: str
+    run_error: Callable[[Exception], Exception | None] = lambda exc: None
 
     @property
     def prog(self) -> str:
@@ -71,6 +73,7 @@ class JobCommand:
             print(f"{self.name}: {line}; output: {output}")
             return 2
         traceback.print_exception(exc)
-        print(f"{self.prog}: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        said = self.run_error(exc) or exc
+        print(f"{self.prog}: run failed: {type(said).__name__}: {said}", file=sys.stderr)
         print(f"{self.name}: FAILED after {seconds:.1f} s; output: {output}")
         return 1

@@ -33,7 +33,7 @@ from .report import RunSummary, write_reports
 from .shared_storage import claimed_output, stale_markers
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
 from .sources import UNREADABLE_FILE, Source, expand_inputs
-from .stages import READ_POSITION, StageAdapter, mark_duplicates
+from .stages import READ_POSITION, StageAdapter, StepStartError, mark_duplicates
 from .steps import ConfigError, Stage, build_step, plan_stages, unique_names
 
 logger = logging.getLogger(__name__)
@@ -63,13 +63,24 @@ class InvariantError(RuntimeError):
 
 
 class ActorStage:
-    """Actor-pool form of a stage: the steps' models load once per actor, in ``__init__``."""
+    """Actor-pool form of a stage: the steps' models load once per actor, in ``__init__``.
+
+    A step that cannot load its models fails the stage's first batch, not the actor's start: an
+    error raised in an actor's constructor reaches the driver only as the text of Ray's
+    ``ActorDiedError``, while a batch's error arrives as itself, for the CLI to name the step.
+    """
 
     def __init__(self, adapter: StageAdapter):
         self.adapter = adapter
-        adapter.warmup()
+        self.start_error: StepStartError | None = None
+        try:
+            adapter.warmup()
+        except StepStartError as exc:
+            self.start_error = exc
 
     def __call__(self, table: Any) -> Any:
+        if self.start_error is not None:
+            raise self.start_error
         return self.adapter(table)
 
 
@@ -393,7 +404,14 @@ def execute(
     early_ledger = EarlyLedger(cfg.output, run_id, uris)
     # The dataset copies the context when built; the progress bars Ray Data opens while it executes
     # read the current one. Both settings last for this run only: the caller's datasets keep theirs.
-    with context_settings(context, enable_progress_bars=cfg.progress, shuffle_strategy=strategy):
+    # raise_original_map_exception: a step's error on a batch reaches the driver as itself (Ray Data
+    # would wrap it in a UserCodeException that keeps only its text), for the CLI to name the step.
+    with context_settings(
+        context,
+        enable_progress_bars=cfg.progress,
+        shuffle_strategy=strategy,
+        raise_original_map_exception=True,
+    ):
         ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
         sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
         with short_run_scheduling():

@@ -12,6 +12,7 @@ from ..command import JobCommand
 from .config import build_parser, resolve_config
 from .shared_storage import StorageNotSharedError
 from .sources import InputError, UnreadableInputError
+from .stages import StepBrokeContract, StepFailedError, StepStartError
 from .steps import ConfigError
 
 
@@ -32,10 +33,17 @@ def dry_run(cfg) -> None:
         print(f"#   {i}. {stage.describe(names)}")
 
 
-def raised_in_worker(exc: Exception) -> Exception:
+def raised_in_worker(exc: Exception, kinds: tuple[type, ...] = (ConfigError, InputError)) -> Exception:
     """The error as a Ray task raised it (Ray wraps it, and its text, in a RayTaskError)."""
     original = getattr(exc, "cause", None)
-    return original if isinstance(original, (ConfigError, InputError)) else exc
+    return original if isinstance(original, kinds) else exc
+
+
+def step_error(exc: Exception) -> Exception | None:
+    """A step that raised on a batch, broke the step contract or could not load its models: said on
+    the run's last line in place of Ray's wrapper, whose text ends in Ray's own advice."""
+    original = raised_in_worker(exc, (StepFailedError, StepStartError, StepBrokeContract))
+    return original if original is not exc else None
 
 
 _STDERR_HANDLER = "twinkle-preprocess-stderr"
@@ -79,6 +87,7 @@ COMMAND = JobCommand(
     render=lambda summary: summary.line(),
     user_error=user_error,
     if_interrupted="the output holds no complete run (no stats.json), rerun with --overwrite",
+    run_error=step_error,
 )
 
 

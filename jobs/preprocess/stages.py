@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from ray.exceptions import UserCodeException
+
 from twinkle_agentic.preprocessor.batch import gc_paused, to_rows
 from twinkle_agentic.preprocessor.dedup import DUPLICATE
 from twinkle_agentic.preprocessor.dropped_log import REASON_KEY, UNKNOWN_REASON
@@ -45,9 +47,13 @@ ROW_ID_KEY = "__twinkle_row_id__"
 READ_POSITION = -1
 
 
-class StepFailedError(RuntimeError):
+class StepFailedError(UserCodeException):
     """A step raised on a batch: names the step, its error and the input lines of the batch's first and
-    last rows, so a failing run says which rows to look at (the step's traceback comes with it)."""
+    last rows, so a failing run says which rows to look at (the step's traceback comes with it).
+
+    The job has Ray Data raise it as itself (``raise_original_map_exception``), so that it reaches the
+    driver; as a ``UserCodeException`` Ray Data still reports it as an error in user code, with the
+    user's frames only, not as an error of Ray's own."""
 
     def __init__(self, step: str, error: str, rows: int, first: str, last: str):
         self.step, self.error, self.rows, self.first, self.last = step, error, rows, first, last
@@ -72,6 +78,26 @@ class StepFailedError(RuntimeError):
 
     def __reduce__(self) -> tuple:  # Ray ships it from the worker to the driver
         return StepFailedError, (self.step, self.error, self.rows, self.first, self.last)
+
+
+class StepStartError(UserCodeException):
+    """A step's ``warmup`` (loading its models) raised on a stage actor: names the step and its error
+    (a ``UserCodeException`` for the reason StepFailedError is)."""
+
+    def __init__(self, step: str, error: str):
+        self.step, self.error = step, error
+        super().__init__(f"step {step!r} could not start: {error}")
+
+    def __reduce__(self) -> tuple:
+        return StepStartError, (self.step, self.error)
+
+
+class StepBrokeContract(StepContractError, UserCodeException):
+    """StepContractError as the job raises it: a ``UserCodeException`` for the reason StepFailedError
+    is, and picklable (Ray ships it to the driver)."""
+
+    def __reduce__(self) -> tuple:
+        return StepBrokeContract, (self.step, self.problem)
 
 
 def stats_record(position: int, stats: StepStats) -> dict:
@@ -112,10 +138,13 @@ class StageAdapter:
 
     def warmup(self) -> None:
         """Load what the steps need (models) now: called once per actor in an actor pool."""
-        for step in self.steps:
+        for step, name in zip(self.steps, self.names, strict=True):
             warm = getattr(step, "warmup", None)
             if callable(warm):
-                warm()
+                try:
+                    warm()
+                except Exception as exc:
+                    raise StepStartError(name, f"{type(exc).__name__}: {exc}") from exc
 
     def __call__(self, table: Any) -> Any:
         with gc_paused():
@@ -196,7 +225,7 @@ class StageAdapter:
                 raise StepFailedError.during(name, exc, rows, before, self.uris) from exc
             seconds = time.perf_counter() - start
             if not (isinstance(result, tuple) and len(result) == 2):
-                raise StepContractError(name, f"returned {type(result).__name__}, not a 2-tuple")
+                raise StepBrokeContract(name, f"returned {type(result).__name__}, not a 2-tuple")
             kept, dropped = (to_rows(part) if part is not None else [] for part in result)
             self._check_ids(name, before, kept, dropped)
             reasons: Counter = Counter()
@@ -215,21 +244,21 @@ class StageAdapter:
     @staticmethod
     def _check_ids(name: str, before: int, kept: list, dropped: list) -> None:
         if len(kept) + len(dropped) != before:
-            raise StepContractError(
+            raise StepBrokeContract(
                 name, f"was given {before} rows but returned {len(kept)} kept + {len(dropped)} dropped"
             )
         ids = set()
         for row in (*kept, *dropped):
             order = row.get(ROW_ID_KEY) if isinstance(row, dict) else None
             if order is None:
-                raise StepContractError(
+                raise StepBrokeContract(
                     name,
                     "returned a row that lost the keys it does not handle (or is not a dict): "
                     f"steps must keep unknown row keys, got {str(row)[:200]}",
                 )
             ids.add(order)
         if len(ids) != before:
-            raise StepContractError(name, "returned the same input row more than once")
+            raise StepBrokeContract(name, "returned the same input row more than once")
 
 
 def mark_duplicates(table: Any, step: str, position: int) -> Any:

@@ -79,3 +79,16 @@ class Explodes:
 
     def __call__(self, rows):
         raise ValueError("cannot handle these rows")
+
+
+class FailsToLoad:
+    """A model step whose model is missing: its ``warmup`` raises, as a real one's load would."""
+
+    name = "FailsToLoad"
+    needs_actor = True
+
+    def warmup(self) -> None:
+        raise FileNotFoundError("no model weights at /models/pii-xl")
+
+    def __call__(self, rows):
+        return rows, []

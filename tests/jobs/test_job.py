@@ -313,24 +313,52 @@ def test_run_whose_counts_do_not_add_up_fails_without_reports(
     assert not [p.name for p in out.iterdir() if p.is_file()]
 
 
-def test_a_step_that_raises_fails_the_run_naming_the_step_and_input_lines(
-    ray_local, chat_inputs, tmp_path, capsys
-):
+def run_failure(chat_inputs: Path, tmp_path: Path, capsys, steps: list) -> tuple[str, str]:
+    """Run the CLI with ``steps``, which must fail the run: the last line on stderr, and all of it."""
     config = tmp_path / "pipeline.yaml"
-    config.write_text(yaml.safe_dump({"steps": ["HardFilter", "job_steps:Explodes"]}))
+    config.write_text(yaml.safe_dump({"steps": steps}))
     out = tmp_path / "out"
     argv = ["--input", str(chat_inputs), "--output", str(out), "--config", str(config), "--no-progress"]
     assert main(argv) == 1
     captured = capsys.readouterr()
     assert captured.out.strip().splitlines()[-1].startswith("preprocess: FAILED after ")
-    failure = re.search(
-        r"StepFailedError: step 'Explodes' raised ValueError: cannot handle these rows on a batch of \d+ rows, "
-        r"from (\S+) line \d+ to (\S+) line \d+",
-        captured.err,
-    )
-    assert failure, captured.err[-3000:]
-    assert {Path(failure[1]).parent, Path(failure[2]).parent} == {chat_inputs}
     assert not (out / "stats.json").exists()
+    return captured.err.strip().splitlines()[-1], captured.err
+
+
+def test_a_step_that_raises_fails_the_run_naming_the_step_and_input_lines(
+    ray_local, chat_inputs, tmp_path, capsys
+):
+    last, err = run_failure(chat_inputs, tmp_path, capsys, ["HardFilter", "job_steps:Explodes"])
+    # the last line says it (Ray's wrapper would end the output with its own advice on retries)
+    failure = re.fullmatch(
+        r"twinkle-agentic preprocess: run failed: StepFailedError: step 'Explodes' raised ValueError: "
+        r"cannot handle these rows on a batch of \d+ rows, from (\S+) line \d+ to (\S+) line \d+",
+        last,
+    )
+    assert failure, err[-3000:]
+    assert {Path(failure[1]).parent, Path(failure[2]).parent} == {chat_inputs}
+    assert 'raise ValueError("cannot handle these rows")' in err  # the step's own traceback
+    assert "internal code" not in err  # Ray Data reports it as an error in user code, not its own
+
+
+def test_a_step_that_breaks_the_contract_fails_the_run_naming_it(ray_local, chat_inputs, tmp_path, capsys):
+    last, err = run_failure(chat_inputs, tmp_path, capsys, ["job_steps:LosesKeys"])
+    assert last.startswith(
+        "twinkle-agentic preprocess: run failed: StepBrokeContract: step 'LosesKeys' returned a row that lost "
+        "the keys it does not handle"
+    ), err[-3000:]
+
+
+def test_a_model_step_that_cannot_load_fails_the_run_naming_the_step(
+    ray_local, chat_inputs, tmp_path, capsys
+):
+    last, err = run_failure(chat_inputs, tmp_path, capsys, ["HardFilter", "job_steps:FailsToLoad"])
+    assert last == (
+        "twinkle-agentic preprocess: run failed: StepStartError: step 'FailsToLoad' could not start: "
+        "FileNotFoundError: no model weights at /models/pii-xl"
+    ), err[-3000:]
+    assert "ActorDiedError" not in err  # before: the actor died in its constructor, and Ray said only that
 
 
 def test_overwrite_removes_only_the_previous_run(tmp_path):

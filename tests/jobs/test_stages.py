@@ -10,7 +10,7 @@ import random
 import pyarrow as pa
 import pytest
 from job_data import chat_rows, cut_emoji_row
-from job_steps import LosesKeys, ModelStep, ShoutMapper
+from job_steps import FailsToLoad, LosesKeys, ModelStep, ShoutMapper
 
 from jobs.preprocess.frame import (
     DKEY,
@@ -25,7 +25,7 @@ from jobs.preprocess.frame import (
     read_schema,
 )
 from jobs.preprocess.job import partition_bounds
-from jobs.preprocess.stages import StageAdapter, StepFailedError, mark_duplicates
+from jobs.preprocess.stages import StageAdapter, StepFailedError, StepStartError, mark_duplicates
 from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps, plan_stages
 from twinkle_agentic.preprocessor import DedupFilter, HardFilter
 from twinkle_agentic.preprocessor.quality import StepContractError
@@ -106,9 +106,12 @@ def test_later_stage_passes_dropped_rows_through_and_adds_dedup_keys():
 
 
 def test_step_contract_violations_name_the_step():
+    import pickle
+
     table = raw_table([b'{"id": 1, "messages": []}'])
-    with pytest.raises(StepContractError, match="LosesKeys"):
+    with pytest.raises(StepContractError, match="LosesKeys") as broke:
         StageAdapter([LosesKeys()], [0], ["LosesKeys"], parse=True)(table)
+    assert str(pickle.loads(pickle.dumps(broke.value))) == str(broke.value)  # as Ray ships it
 
     def not_a_tuple(rows):
         return rows
@@ -153,6 +156,18 @@ def test_warmup_loads_models_of_the_stage(tmp_path):
     out = adapter(raw_table([b'{"messages": [{"role": "user", "content": "SQL please"}]}']))
     assert frames(out, DROPPED)[0]["_reason"] == "mentions_sql"
     assert len(list(tmp_path.iterdir())) == 1  # no second, lazy load
+
+
+def test_a_warmup_that_raises_names_the_step():
+    import pickle
+
+    adapter = StageAdapter([FailsToLoad()], [0], ["FailsToLoad"], parse=True)
+    with pytest.raises(StepStartError) as failed:
+        adapter.warmup()
+    message = "step 'FailsToLoad' could not start: FileNotFoundError: no model weights at /models/pii-xl"
+    assert str(failed.value) == message
+    assert isinstance(failed.value.__cause__, FileNotFoundError)
+    assert str(pickle.loads(pickle.dumps(failed.value))) == message
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 5, 13])
