@@ -12,6 +12,7 @@ is what deterministic tie-breaks (dedup) use.
 from __future__ import annotations
 
 import base64
+import codecs
 import datetime as _dt
 import decimal
 import itertools
@@ -48,6 +49,15 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 _BUFFER_BYTES = 8 << 20
 _PIECE_BYTES = 256 << 10
 _UTF8_BOM = b"\xef\xbb\xbf"
+# Text files that start with one of these byte-order marks are read as that encoding (Windows tools
+# save "Unicode" text as UTF-16 with a mark; PowerShell 5's Out-File does by default). UTF-32's marks
+# come first: UTF-32-LE's begins with UTF-16-LE's.
+_WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 
 # Row ids pack into one int64 for cheap sorting: source index in the high bits, line in the low 40.
 LINE_BITS = 40
@@ -262,14 +272,40 @@ def _open_stream(uri: str) -> Any:
 
 
 def _pieces(stream: Any) -> Iterator[bytes]:
-    """The stream's bytes in pieces of about ``_PIECE_BYTES``, a leading UTF-8 byte-order mark removed."""
-    first = True
-    while chunk := stream.read(_PIECE_BYTES):
-        if first:
-            chunk = chunk.removeprefix(_UTF8_BOM)
-            first = False
-        if chunk:
-            yield chunk
+    """The stream's text as UTF-8 bytes, in pieces of about ``_PIECE_BYTES``: a leading UTF-8
+    byte-order mark removed, a UTF-16 or UTF-32 one read as that encoding (:func:`_as_utf8`)."""
+    first = stream.read(max(_PIECE_BYTES, 4))  # a whole byte-order mark
+    pieces = itertools.chain([first], iter(lambda: stream.read(_PIECE_BYTES), b""))
+    encoding = next((name for bom, name in _WIDE_BOMS if first.startswith(bom)), None)
+    if encoding:
+        yield from _as_utf8(pieces, encoding)
+        return
+    for piece in pieces:
+        piece = piece.removeprefix(_UTF8_BOM) if piece is first else piece
+        if piece:
+            yield piece
+
+
+def _undecodable(error: UnicodeDecodeError) -> tuple[str, int]:
+    """Stands for bytes that are not text of their encoding: U+DCFF, which :func:`_as_utf8` writes
+    as the byte 0xFF, never valid in UTF-8, so the record that holds it does not parse."""
+    return "\udcff", error.end
+
+
+_UNDECODABLE = "twinkle-agentic.undecodable"
+codecs.register_error(_UNDECODABLE, _undecodable)
+
+
+def _as_utf8(pieces: Iterator[bytes], encoding: str) -> Iterator[bytes]:
+    """``pieces`` of ``encoding`` text (its byte-order mark first) as UTF-8. Bytes that are not
+    ``encoding`` (a lone surrogate, a cut last character) stay invalid UTF-8 in their record, so
+    the record becomes a ``malformed_json`` drop and the rest of the file is read, as in UTF-8."""
+    decoder = codecs.getincrementaldecoder(encoding)(_UNDECODABLE)
+    for piece in pieces:
+        if text := decoder.decode(piece):
+            yield text.encode("utf-8", "surrogateescape")
+    if text := decoder.decode(b"", final=True):
+        yield text.encode("utf-8", "surrogateescape")
 
 
 def _lines(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
@@ -287,8 +323,9 @@ def _lines(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
 
 
 def iter_lines(uri: str) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line bytes) of every non-blank line; ``\\r\\n`` endings and a leading
-    UTF-8 byte-order mark are removed. Blank lines are not rows and are skipped."""
+    """(1-based line number, UTF-8 line bytes) of every non-blank line; ``\\r\\n`` endings and a
+    leading UTF-8 byte-order mark are removed, a file with a UTF-16 or UTF-32 one is read as that
+    encoding. Blank lines are not rows and are skipped."""
     return iter_json_text(uri, JSONL)
 
 

@@ -48,3 +48,17 @@ def json_array_input(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("json_array_input") / "chats.json"
     path.write_text("[\n" + ",\n".join(elements) + "\n]\n", encoding="utf-8", errors="surrogateescape")
     return path
+
+
+@pytest.fixture(scope="session")
+def utf16_input(tmp_path_factory) -> Path:
+    """Chat rows (ids from 300,000) as JSON Lines the way Windows tools save "Unicode" text: UTF-16
+    with a byte-order mark and CRLF endings, with a line that is not JSON."""
+    import json
+
+    rows = chat_rows(60, seed=17)
+    lines = [json.dumps({**row, "id": 300_000 + i}, ensure_ascii=i % 2 == 0) for i, row in enumerate(rows)]
+    lines.insert(5, '{"id": 399999, "messages": [')
+    path = tmp_path_factory.mktemp("utf16_input") / "chats-utf16.jsonl"
+    path.write_bytes("\ufeff".encode("utf-16-le") + "\r\n".join(lines).encode("utf-16-le", "surrogatepass"))
+    return path

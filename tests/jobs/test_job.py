@@ -123,6 +123,7 @@ def test_job_equals_one_process_run(
     chat_inputs,
     parquet_input,
     json_array_input,
+    utf16_input,
     tmp_path,
     capsys,
     caplog,
@@ -146,9 +147,9 @@ def test_job_equals_one_process_run(
     markers = tmp_path / "markers"
     markers.mkdir()
     scheme = "local://" if uris else ""
-    inputs = [scheme + str(p) for p in (chat_inputs / "*.jsonl*", parquet_input, json_array_input)] + (
-        [str(SAMPLE)] if pipeline == "bundled-default" else []
-    )
+    inputs = [
+        scheme + str(p) for p in (chat_inputs / "*.jsonl*", parquet_input, json_array_input, utf16_input)
+    ] + ([str(SAMPLE)] if pipeline == "bundled-default" else [])
     output = scheme + str(tmp_path / "out")
     argv = ["--input", *inputs, "--output", output, "--batch-size", str(batch_size)]
     argv += ["--output-format", output_format, "--no-progress"]
@@ -211,6 +212,7 @@ def test_job_equals_one_process_run(
     kept_ids = {json.loads(line)["id"] for line in out["kept_lines"]}
     assert kept_ids & set(range(100_000, 200_000))  # Parquet rows made it
     assert kept_ids & set(range(200_000, 300_000))  # and the JSON array's
+    assert kept_ids & set(range(300_000, 400_000))  # and the UTF-16 file's
     assert kept_ids & set(range(900_000, 900_003))  # and a row holding a lone surrogate
     if output_format == "parquet":
         table = pq.read_table(tmp_path / "out" / "kept")

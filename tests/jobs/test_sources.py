@@ -30,6 +30,46 @@ def test_lines_keep_numbers_skip_blanks_and_strip_crlf_and_bom(tmp_path):
     assert list(iter_lines(str(path))) == [(1, b'{"a": 1}'), (4, b'{"b": 2}'), (5, b'{"c": 3}')]
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"])
+@pytest.mark.parametrize("piece_bytes", [3, 1 << 18])
+def test_text_with_a_utf16_or_utf32_byte_order_mark_reads_as_utf8(
+    tmp_path, monkeypatch, encoding, piece_bytes
+):
+    """Windows tools save "Unicode" text as UTF-16 with a byte-order mark; before, every line of such
+    a file was a malformed_json drop. Any cut between pieces gives the same records."""
+    import codecs
+
+    import jobs.preprocess.sources as sources
+
+    monkeypatch.setattr(sources, "_PIECE_BYTES", piece_bytes)
+    bom = {"utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE}
+    bom |= {"utf-32-le": codecs.BOM_UTF32_LE, "utf-32-be": codecs.BOM_UTF32_BE}
+    text = '{"content": "你好 😀"}\r\n\r\n{"b": 2}\n[1]'
+    jsonl, array = tmp_path / "a.jsonl", tmp_path / "b.json"
+    jsonl.write_bytes(bom.get(encoding, b"") + text.encode(encoding))
+    array.write_bytes(bom.get(encoding, b"") + '  [{"a": "é"},\n {"b": 2}]'.encode(encoding))
+    expected = [(1, '{"content": "你好 😀"}'.encode()), (3, b'{"b": 2}'), (4, b"[1]")]
+    assert list(iter_lines(str(jsonl))) == expected
+    assert [parse_record(raw)[0] for _, raw in iter_records(expand_inputs([str(array)])[0])] == [
+        {"a": "é"},
+        {"b": 2},
+    ]
+
+
+def test_bytes_that_are_not_utf16_spoil_only_their_own_line(tmp_path):
+    path = tmp_path / "a.jsonl"
+    lone_surrogate = "\ud83d".encode("utf-16-le", "surrogatepass")
+    path.write_bytes(
+        '\ufeff{"a": 1}\n{"b": "'.encode("utf-16-le")
+        + lone_surrogate
+        + '"}\n{"c": 3}\n'.encode("utf-16-le")
+        + b"x"
+    )
+    records = list(iter_lines(str(path)))
+    assert [number for number, _ in records] == [1, 2, 3, 4]
+    assert [parse_record(raw)[1] for _, raw in records] == [None, MALFORMED_JSON, None, MALFORMED_JSON]
+
+
 def test_gzip_is_detected_from_the_name(tmp_path):
     path = tmp_path / "a.jsonl.gz"
     path.write_bytes(gzip.compress(b'{"a": 1}\n\n{"b": 2}\n'))
