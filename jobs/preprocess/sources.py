@@ -310,14 +310,20 @@ def _as_utf8(pieces: Iterator[bytes], encoding: str) -> Iterator[bytes]:
 
 def _lines(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
     number = 0
-    rest = b""
+    partial: list[bytes] = []  # the line so far: joined once it ends, so a long line costs its length
     for chunk in pieces:
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop()
+        if b"\n" not in chunk:
+            partial.append(chunk)
+            continue
+        lines = chunk.split(b"\n")
+        if partial:
+            lines[0] = b"".join([*partial, lines[0]])
+        partial = [lines.pop()]
         for line in lines:
             number += 1
             if line.strip():
                 yield number, line.removesuffix(b"\r")
+    rest = b"".join(partial)
     if rest.strip():
         yield number + 1, rest.removesuffix(b"\r")
 
