@@ -1,14 +1,16 @@
 #!/usr/bin/env python
 """Reading the same rows from each JSON text layout the preprocess job accepts, side by side in one run.
 
-    python bench/read_formats.py --rows 50000 --rounds 3
+    python bench/read_formats.py --rows 50000 --rounds 3 --long-line-mib 64
 
 Generates chat rows (scripts/make_sample_data.py, bad lines left out so that every layout holds the
 same rows), writes them as JSON Lines and as one pretty-printed JSON array in a ``.json`` file, each
-plain and gzipped, then reads each with ``read_source`` + ``parse_read`` (what a read
-task and the first stage do before any step runs), alternating layouts within each round. Prints CPU
-microseconds per record (median over rounds) and the ratio to JSON Lines; appends a JSON record to
-``--record`` when given.
+plain and gzipped, and as JSON Lines in UTF-16 with a byte-order mark (as Windows tools save text),
+then reads each with ``read_source`` + ``parse_read`` (what a read task and the first stage do before
+any step runs), alternating layouts within each round. Prints CPU microseconds per record (median
+over rounds) and the ratio to JSON Lines. ``--long-line-mib N`` also reads a file whose second row
+is N MiB long, as JSON Lines and as a JSON array, and prints CPU seconds and MiB/s. Appends a JSON
+record to ``--record`` when given.
 """
 
 from __future__ import annotations
@@ -37,7 +39,19 @@ def write_layouts(rows: list[dict], folder: Path) -> dict[str, Path]:
         paths[name].write_bytes(data)
         paths[name + " .gz"] = folder / (file + ".gz")
         paths[name + " .gz"].write_bytes(gzip.compress(data, compresslevel=6))
+    paths["jsonl utf-16"] = folder / "rows-utf16.jsonl"
+    paths["jsonl utf-16"].write_bytes(lines.decode("utf-8").encode("utf-16"))  # with its byte-order mark
     return paths
+
+
+def write_long_row(mib: int, folder: Path) -> dict[str, Path]:
+    """A JSON Lines file and a JSON array file of three rows, the second ``mib`` MiB long."""
+    rows = [{"id": 1}, {"id": 2, "messages": [{"role": "tool", "content": "x" * (mib << 20)}]}, {"id": 3}]
+    texts = [json.dumps(row) for row in rows]
+    jsonl, array = folder / "long.jsonl", folder / "long.json"
+    jsonl.write_text("\n".join(texts) + "\n")
+    array.write_text("[" + ",\n".join(texts) + "]\n")
+    return {f"jsonl, {mib} MiB line": jsonl, f"json array, {mib} MiB element": array}
 
 
 def read_cpu_s(path: Path) -> tuple[float, int]:
@@ -55,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--long-line-mib", type=int, default=0, help="also read a file with one row this long"
+    )
     parser.add_argument("--record", help="append the JSON record to this file")
     args = parser.parse_args(argv)
 
@@ -72,20 +89,42 @@ def main(argv: list[str] | None = None) -> int:
                     raise SystemExit(f"{name}: read {read} rows, wrote {len(rows)}")
                 cpu[name].append(seconds)
         sizes = {name: path.stat().st_size for name, path in paths.items()}
+        long_rows = write_long_row(args.long_line_mib, Path(tmp)) if args.long_line_mib else {}
+        long_cpu: dict[str, list[float]] = {name: [] for name in long_rows}
+        for _ in range(args.rounds):
+            for name, path in long_rows.items():
+                seconds, read = read_cpu_s(path)
+                if read != 3:
+                    raise SystemExit(f"{name}: read {read} rows, wrote 3")
+                long_cpu[name].append(seconds)
     per_record = {name: statistics.median(values) / len(rows) * 1e6 for name, values in cpu.items()}
     print(f"{len(rows):,} rows, {args.rounds} rounds; CPU us per record (median), ratio to JSON Lines")
     print(f"{'layout':<16} {'MB':>7} {'us/record':>10} {'ratio':>6}")
     for name, us in per_record.items():
         print(f"{name:<16} {sizes[name] / 1e6:>7.1f} {us:>10.1f} {us / per_record['jsonl']:>6.2f}")
+    long_results = [
+        {"layout": name, "cpu_s": values, "mib_per_s": args.long_line_mib / statistics.median(values)}
+        for name, values in long_cpu.items()
+    ]
+    for result in long_results:
+        print(
+            f"{result['layout']}: {statistics.median(result['cpu_s']):.2f} CPU s, {result['mib_per_s']:.0f} MiB/s"
+        )
     emit_record(
         {
             "bench": "read_formats",
-            "params": {"rows": len(rows), "rounds": args.rounds, "seed": args.seed},
+            "params": {
+                "rows": len(rows),
+                "rounds": args.rounds,
+                "seed": args.seed,
+                "long_line_mib": args.long_line_mib,
+            },
             "git_sha": git_sha(),
             "results": [
                 {"layout": name, "bytes": sizes[name], "cpu_s": cpu[name], "us_per_record": per_record[name]}
                 for name in paths
-            ],
+            ]
+            + long_results,
         },
         args.record,
     )
