@@ -7,10 +7,11 @@ process, on a list of row dicts, and checks the step contract on every call.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ray.exceptions import UserCodeException
@@ -92,6 +93,30 @@ class StepStartError(UserCodeException):
         return StepStartError, (self.step, self.error)
 
 
+class StageError(UserCodeException):
+    """An error of the job's own code in a stage, not of a step: as a ``UserCodeException`` it is
+    reported by Ray Data as an error in user code, not as one of Ray's own (Ray Data asks for a
+    report on Ray's tracker for those), and it keeps its type and message to the driver."""
+
+    def __init__(self, stage: str, error: str):
+        self.stage, self.error = stage, error
+        super().__init__(f"stage {stage} failed: {error}")
+
+    def __reduce__(self) -> tuple:
+        return StageError, (self.stage, self.error)
+
+
+@contextlib.contextmanager
+def errors_as_user_code(stage: str) -> Iterator[None]:
+    """Errors of the ``with`` block as :class:`StageError` (those that already are user code pass)."""
+    try:
+        yield
+    except UserCodeException:
+        raise
+    except Exception as exc:
+        raise StageError(stage, f"{type(exc).__name__}: {exc}") from exc
+
+
 class StepBrokeContract(StepContractError, UserCodeException):
     """StepContractError as the job raises it: a ``UserCodeException`` for the reason StepFailedError
     is, and picklable (Ray ships it to the driver)."""
@@ -147,7 +172,7 @@ class StageAdapter:
                     raise StepStartError(name, f"{type(exc).__name__}: {exc}") from exc
 
     def __call__(self, table: Any) -> Any:
-        with gc_paused():
+        with gc_paused(), errors_as_user_code(" -> ".join(self.names)):
             return self._process(table)
 
     def _process(self, table: Any) -> Any:
@@ -261,6 +286,7 @@ class StageAdapter:
             raise StepBrokeContract(name, "returned the same input row more than once")
 
 
+@errors_as_user_code("mark_duplicates")
 def mark_duplicates(table: Any, step: str, position: int) -> Any:
     """Dedup winner selection on one hash partition (``batch_size=None``: whole partitions).
 

@@ -25,7 +25,7 @@ from jobs.preprocess.frame import (
     read_schema,
 )
 from jobs.preprocess.job import partition_bounds
-from jobs.preprocess.stages import StageAdapter, StepFailedError, StepStartError, mark_duplicates
+from jobs.preprocess.stages import StageAdapter, StageError, StepFailedError, StepStartError, mark_duplicates
 from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps, plan_stages
 from twinkle_agentic.preprocessor import DedupFilter, HardFilter
 from twinkle_agentic.preprocessor.quality import StepContractError
@@ -156,6 +156,22 @@ def test_warmup_loads_models_of_the_stage(tmp_path):
     out = adapter(raw_table([b'{"messages": [{"role": "user", "content": "SQL please"}]}']))
     assert frames(out, DROPPED)[0]["_reason"] == "mentions_sql"
     assert len(list(tmp_path.iterdir())) == 1  # no second, lazy load
+
+
+def test_errors_of_the_stage_code_itself_are_user_code_errors_that_keep_their_message():
+    """Not Ray's own errors (Ray Data asks for a report on Ray's tracker for those), and what went
+    wrong reaches the driver (the job has Ray Data raise errors unwrapped)."""
+    import pickle
+
+    from ray.exceptions import UserCodeException
+
+    with pytest.raises(StageError) as failed:
+        StageAdapter([ShoutMapper()], [0], ["ShoutMapper"])(raw_table([b"{}"]))  # raw records, not frames
+    assert isinstance(failed.value, UserCodeException)
+    assert str(failed.value).startswith("stage ShoutMapper failed: KeyError:")
+    assert str(pickle.loads(pickle.dumps(failed.value))) == str(failed.value)
+    with pytest.raises(StageError, match="stage mark_duplicates failed: KeyError"):
+        mark_duplicates(raw_table([b"{}"]), step="DedupFilter", position=1)
 
 
 def test_a_warmup_that_raises_names_the_step():
