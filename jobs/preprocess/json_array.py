@@ -69,39 +69,54 @@ class _Text:
             at -= self.grow(at)
 
 
-def _extent(text: str, start: int, number: int) -> int:
-    """Index of the top-level ',' or ']' that ends the element starting at ``start`` (element
-    ``number``), found by following strings and bracket depth; -1 when the text ends first."""
-    depth, in_string, at = 0, False, start
-    while True:
-        match = (_INSIDE_STRING if in_string else _OUTSIDE_STRING).search(text, at)
-        if match is None:
-            return -1
-        char, at = match.group(), match.end()
-        if in_string:
-            if char == '"':
-                in_string = False
-            elif at == len(text):  # the escaped character is in the next piece
+class _Extent:
+    """Finds the top-level ',' or ']' that ends the element starting at ``start`` (element
+    ``number``) by following strings and bracket depth. Resumable: when the text ends first it keeps
+    its place, so an element read on over many growths of the text is scanned once in all."""
+
+    def __init__(self, start: int, number: int):
+        self.at, self.number = start, number
+        self.depth, self.in_string = 0, False
+
+    def shift(self, dropped: int) -> None:
+        """The text lost its first ``dropped`` characters."""
+        self.at -= dropped
+
+    def find(self, text: str) -> int:
+        """Index of the ending ',' or ']'; -1 when ``text`` ends first (call again once it grew)."""
+        at = self.at
+        while True:
+            match = (_INSIDE_STRING if self.in_string else _OUTSIDE_STRING).search(text, at)
+            if match is None:
+                self.at = len(text)
                 return -1
-            else:
-                at += 1
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-        elif char == "," and depth == 0:
-            return match.start()
-        elif char in "]}" and depth > 0:
-            depth -= 1
-        elif char == "]":
-            return match.start()
-        elif char == "}":
-            raise JSONLayoutError(f"a '}}' without its '{{' in element {number}")
+            char, at = match.group(), match.end()
+            if self.in_string:
+                if char == '"':
+                    self.in_string = False
+                elif at == len(text):  # the escaped character is in the next piece
+                    self.at = match.start()
+                    return -1
+                else:
+                    at += 1
+            elif char == '"':
+                self.in_string = True
+            elif char in "[{":
+                self.depth += 1
+            elif char == "," and self.depth == 0:
+                return match.start()
+            elif char in "]}" and self.depth > 0:
+                self.depth -= 1
+            elif char == "]":
+                return match.start()
+            elif char == "}":
+                raise JSONLayoutError(f"a '}}' without its '{{' in element {self.number}")
 
 
 def _element(source: _Text, at: int, number: int) -> tuple[int, int, int]:
     """(start, end, stop) of element ``number`` starting at ``at``: its text is ``[start:end]`` and
     the ',' or ']' after it is at ``stop`` (reading on as needed, which may move ``start``)."""
+    extent = _Extent(at, number)
     while True:
         text = source.text
         try:
@@ -109,14 +124,16 @@ def _element(source: _Text, at: int, number: int) -> tuple[int, int, int]:
             following = _NOT_SPACE.search(text, end)
             stop = following.start() if following else -1
             if stop >= 0 and text[stop] not in ",]":  # valid JSON, then something else
-                end = stop = _extent(text, at, number)
-        except (json.JSONDecodeError, RecursionError):  # _extent does not recurse
-            end = stop = _extent(text, at, number)
+                end = stop = extent.find(text)
+        except (json.JSONDecodeError, RecursionError):  # _Extent does not recurse
+            end = stop = extent.find(text)
         if stop >= 0:
             return at, end, stop
         if source.ended:
             raise JSONLayoutError(f"the file ends inside element {number}")
-        at -= source.grow(at, max(len(text) - at, 1))  # doubling: a long element is re-read log-many times
+        dropped = source.grow(at, max(len(text) - at, 1))  # doubling: raw_decode re-reads log-many times
+        at -= dropped
+        extent.shift(dropped)
 
 
 def array_records(pieces: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:

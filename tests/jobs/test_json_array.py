@@ -75,7 +75,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("document, expected", CASES)
-@pytest.mark.parametrize("piece", [1, 3, 1 << 20])
+@pytest.mark.parametrize("piece", [1, 2, 3, 1 << 20])
 def test_malformed_elements_and_broken_arrays(document, expected, piece):
     got = [item if item[0] == "broken" else item[1] for item in records(document, piece)]
     assert got == expected
