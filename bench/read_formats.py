@@ -64,6 +64,18 @@ def read_cpu_s(path: Path) -> tuple[float, int]:
     return time.process_time() - start, rows
 
 
+def cpu_by_layout(paths: dict[str, Path], rows: int, rounds: int) -> dict[str, list[float]]:
+    """CPU seconds to read each layout, once per round, alternating layouts within each round."""
+    cpu: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, path in paths.items():
+            seconds, read = read_cpu_s(path)
+            if read != rows:
+                raise SystemExit(f"{name}: read {read} rows, wrote {rows}")
+            cpu[name].append(seconds)
+    return cpu
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=50_000)
@@ -81,22 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row for row in generate_rows(args.rows, args.seed)[0] if isinstance(row, dict)]
     with tempfile.TemporaryDirectory(prefix="twinkle-read-formats-") as tmp:
         paths = write_layouts(rows, Path(tmp))
-        cpu: dict[str, list[float]] = {name: [] for name in paths}
-        for _ in range(args.rounds):
-            for name, path in paths.items():
-                seconds, read = read_cpu_s(path)
-                if read != len(rows):
-                    raise SystemExit(f"{name}: read {read} rows, wrote {len(rows)}")
-                cpu[name].append(seconds)
+        cpu = cpu_by_layout(paths, len(rows), args.rounds)
         sizes = {name: path.stat().st_size for name, path in paths.items()}
         long_rows = write_long_row(args.long_line_mib, Path(tmp)) if args.long_line_mib else {}
-        long_cpu: dict[str, list[float]] = {name: [] for name in long_rows}
-        for _ in range(args.rounds):
-            for name, path in long_rows.items():
-                seconds, read = read_cpu_s(path)
-                if read != 3:
-                    raise SystemExit(f"{name}: read {read} rows, wrote 3")
-                long_cpu[name].append(seconds)
+        long_cpu = cpu_by_layout(long_rows, 3, args.rounds)
     per_record = {name: statistics.median(values) / len(rows) * 1e6 for name, values in cpu.items()}
     print(f"{len(rows):,} rows, {args.rounds} rounds; CPU us per record (median), ratio to JSON Lines")
     print(f"{'layout':<16} {'MB':>7} {'us/record':>10} {'ratio':>6}")

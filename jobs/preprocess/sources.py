@@ -275,15 +275,14 @@ def _pieces(stream: Any) -> Iterator[bytes]:
     """The stream's text as UTF-8 bytes, in pieces of about ``_PIECE_BYTES``: a leading UTF-8
     byte-order mark removed, a UTF-16 or UTF-32 one read as that encoding (:func:`_as_utf8`)."""
     first = stream.read(max(_PIECE_BYTES, 4))  # a whole byte-order mark
-    pieces = itertools.chain([first], iter(lambda: stream.read(_PIECE_BYTES), b""))
     encoding = next((name for bom, name in _WIDE_BOMS if first.startswith(bom)), None)
+    rest = iter(lambda: stream.read(_PIECE_BYTES), b"")
     if encoding:
-        yield from _as_utf8(pieces, encoding)
+        yield from _as_utf8(itertools.chain([first], rest), encoding)
         return
-    for piece in pieces:
-        piece = piece.removeprefix(_UTF8_BOM) if piece is first else piece
-        if piece:
-            yield piece
+    if first := first.removeprefix(_UTF8_BOM):
+        yield first
+    yield from rest
 
 
 def _undecodable(error: UnicodeDecodeError) -> tuple[str, int]:
