@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,11 +53,14 @@ def connect(
     include_dashboard: bool | None = None,
     auth_mode: str | None = None,
     log_to_driver: bool = True,
+    preload_modules: Sequence[str] = (),
 ) -> ClusterInfo:
     """Connect this process to Ray and describe the cluster.
 
-    Reuses an existing connection in this process. ``num_cpus``/``num_gpus``/``object_store_memory``
-    and ``include_dashboard`` only apply to an embedded cluster (Ray rejects them for a remote one).
+    Reuses an existing connection in this process. ``num_cpus``/``num_gpus``/``object_store_memory``,
+    ``include_dashboard`` and ``preload_modules`` (modules every worker imports before it accepts
+    work, see cluster.worker_pool) only apply to an embedded cluster: a running cluster's workers
+    are configured where it was started.
     """
     import ray
 
@@ -76,7 +80,7 @@ def connect(
         }
         size.update({k: v for k, v in overrides.items() if v is not None})
         # An explicit "local" stops ray.init from joining a cluster named by RAY_ADDRESS.
-        kwargs.update(size, address="local", _system_config=worker_pool_config() or None)
+        kwargs.update(size, address="local", _system_config=worker_pool_config(preload_modules) or None)
     else:
         kwargs["address"] = target
     context = ray.init(**{k: v for k, v in kwargs.items() if v is not None})

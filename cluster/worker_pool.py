@@ -11,21 +11,36 @@ So our clusters set the soft limit to 0, which turns that prestart off (Ray star
 ``min(soft limit, backlog)`` workers for a backlog), and keep an idle worker for
 IDLE_WORKER_KEEP_MS instead of one second, so the workers a job did start stay for its next
 stage and its next run. A worker whose job ends is still ended at once, whatever these say.
-Either setting given as ``RAY_<name>`` in the environment wins: Ray reads it itself.
+
+A command that knows what its tasks import can also name modules for every worker to import before
+it accepts work (Ray's ``preload_python_modules``). Ray prestarts one worker per CPU when the first
+driver connects, and Ray Data's own actors take those workers when a run starts; preloaded, they
+import Ray Data while the driver plans instead of inside the run (session 21's figures in
+docs/bench/preprocess_job.md). Workers started later import the modules when they boot instead of
+on their first task: the same work, earlier.
+
+Any setting given as ``RAY_<name>`` in the environment wins: Ray reads it itself.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 IDLE_WORKER_KEEP_MS = 10 * 60 * 1000
 
 
-def worker_pool_config() -> dict[str, Any]:
-    """Ray system settings for the worker pool of a cluster started here (embedded or head)."""
-    wanted = {"num_workers_soft_limit": 0, "idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS}
+def worker_pool_config(preload_modules: Sequence[str] = ()) -> dict[str, Any]:
+    """Ray system settings for the worker pool of a cluster started here (embedded or head), whose
+    workers import ``preload_modules`` before they accept work."""
+    wanted: dict[str, Any] = {
+        "num_workers_soft_limit": 0,
+        "idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS,
+    }
+    if preload_modules:
+        wanted["preload_python_modules"] = list(preload_modules)
     return {name: value for name, value in wanted.items() if f"RAY_{name}" not in os.environ}
 
 

@@ -84,12 +84,20 @@ class ActorStage:
         return self.adapter(table)
 
 
+# What the job's tasks import: an embedded cluster's workers import them before they accept work,
+# so the workers Ray prestarts (which Ray Data's actors take) do it before a run, not in it.
+WORKER_MODULES = ("ray.data", "jobs.preprocess.read", "jobs.preprocess.stages", "jobs.preprocess.sink")
+
+
 def connect(address: str | None = None, num_cpus: int | None = None) -> str:
     """Connect to Ray (the address given, else RAY_ADDRESS, else an embedded local cluster sized to
     this machine) through the project's cluster helper; returns a one-line description."""
     from cluster import connect as cluster_connect
 
-    return cluster_connect(address, num_cpus=num_cpus, include_dashboard=False).summary()
+    info = cluster_connect(
+        address, num_cpus=num_cpus, include_dashboard=False, preload_modules=WORKER_MODULES
+    )
+    return info.summary()
 
 
 def cluster_cpus() -> int:

@@ -51,6 +51,18 @@ def test_clusters_started_here_keep_their_workers_and_prestart_none(monkeypatch)
     assert not any(a.startswith("--system-config") for a in LocalHead(num_cpus=2).command("/tmp/x"))
 
 
+def test_worker_pool_preloads_the_modules_named(monkeypatch):
+    from cluster.worker_pool import worker_pool_config
+
+    monkeypatch.delenv("RAY_preload_python_modules", raising=False)
+    assert "preload_python_modules" not in worker_pool_config()
+    config = worker_pool_config(("ray.data", "jobs.preprocess.stages"))
+    assert config["preload_python_modules"] == ["ray.data", "jobs.preprocess.stages"]
+    json.dumps(config)  # Ray takes the system config as JSON
+    monkeypatch.setenv("RAY_preload_python_modules", "numpy")  # Ray reads it itself
+    assert "preload_python_modules" not in worker_pool_config(("ray.data",))
+
+
 def test_child_environment_is_consistent(monkeypatch):
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     env = ray_environment()

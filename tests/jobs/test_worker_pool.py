@@ -1,4 +1,5 @@
-"""An embedded cluster starts the worker processes a job runs on, and no others (cluster.worker_pool).
+"""An embedded cluster starts the worker processes a job runs on, and no others, and they have the
+job's modules imported before they take work (cluster.worker_pool).
 
 With Ray's defaults every run of the preprocess job on a 2-CPU cluster started two to four worker
 processes that booted, ran nothing and were ended a second later. The raylet logs each start.
@@ -65,3 +66,38 @@ def test_repeated_jobs_start_no_worker_processes_after_the_first(chat_inputs, tm
     # the first run starts Ray Data's two actors and the task workers; later runs reuse them all
     assert runs[0]["started"] >= 3
     assert [r["started"] for r in runs[1:]] == [runs[0]["started"]] * 2, runs
+
+
+PRELOADED = textwrap.dedent(
+    """
+    import json, os, sys
+
+    import ray
+
+    from jobs.preprocess.job import WORKER_MODULES, connect
+
+    connect(None, num_cpus=1)
+
+    @ray.remote
+    def imported() -> dict:
+        return {"pid": os.getpid(), "modules": [m for m in WORKER_MODULES if m in sys.modules]}
+
+    # the worker Ray prestarted when this driver connected: a plain task imports none of them itself
+    print("WORKER " + json.dumps(ray.get(imported.remote())))
+    """
+)
+
+
+def test_the_preprocess_jobs_cluster_workers_import_its_modules_before_they_take_work():
+    from jobs.preprocess.job import WORKER_MODULES
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_preload_python_modules")}
+    env.update(PYTHONPATH=str(REPO_ROOT), RAY_USAGE_STATS_ENABLED="0")
+    result = subprocess.run(
+        [sys.executable, "-c", PRELOADED], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("WORKER ")]
+    worker = json.loads(line[len("WORKER ") :])
+    assert "ray.data" in WORKER_MODULES and worker["modules"] == list(WORKER_MODULES)
+    assert "Failed to preload" not in result.stderr
