@@ -70,7 +70,7 @@ def test_repeated_jobs_start_no_worker_processes_after_the_first(chat_inputs, tm
 
 PRELOADED = textwrap.dedent(
     """
-    import json, os, sys
+    import json, sys
 
     import ray
 
@@ -79,10 +79,10 @@ PRELOADED = textwrap.dedent(
     connect(None, num_cpus=1)
 
     @ray.remote
-    def imported() -> dict:
-        return {"pid": os.getpid(), "modules": [m for m in WORKER_MODULES if m in sys.modules]}
+    def imported() -> list:
+        return [m for m in WORKER_MODULES if m in sys.modules]
 
-    # the worker Ray prestarted when this driver connected: a plain task imports none of them itself
+    # a plain task imports none of them itself: whatever its worker has, the worker had before
     print("WORKER " + json.dumps(ray.get(imported.remote())))
     """
 )
@@ -98,6 +98,5 @@ def test_the_preprocess_jobs_cluster_workers_import_its_modules_before_they_take
     )
     assert result.returncode == 0, result.stderr[-4000:]
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("WORKER ")]
-    worker = json.loads(line[len("WORKER ") :])
-    assert "ray.data" in WORKER_MODULES and worker["modules"] == list(WORKER_MODULES)
-    assert "Failed to preload" not in result.stderr
+    assert json.loads(line[len("WORKER ") :]) == list(WORKER_MODULES)
+    assert "Failed to preload" not in result.stdout + result.stderr  # Ray logs a module it cannot import
