@@ -157,6 +157,7 @@ class StageAdapter:
         self.parse = parse
         self.dedup = dedup
         self.uris = tuple(uris)  # the input files, by index: named when a step fails
+        self.label = " -> ".join(self.names)  # names the stage in an error of its own code
 
     def output_schema(self) -> Any:
         return frame_schema(self.dedup is not None)
@@ -172,7 +173,7 @@ class StageAdapter:
                     raise StepStartError(name, f"{type(exc).__name__}: {exc}") from exc
 
     def __call__(self, table: Any) -> Any:
-        with gc_paused(), errors_as_user_code(" -> ".join(self.names)):
+        with gc_paused(), errors_as_user_code(self.label):
             return self._process(table)
 
     def _process(self, table: Any) -> Any:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,17 +52,35 @@ RUNS = textwrap.dedent(
 )
 
 
-def test_repeated_jobs_start_no_worker_processes_after_the_first(chat_inputs, tmp_path):
-    overrides = ("RAY_ADDRESS", "RAY_num_workers_soft_limit", "RAY_idle_worker_killing_time_threshold_ms")
-    env = {k: v for k, v in os.environ.items() if k not in overrides}
+# Ray's own settings, when the environment gives them, would replace the ones under test
+RAY_OVERRIDES = (
+    "RAY_ADDRESS",
+    "RAY_num_workers_soft_limit",
+    "RAY_idle_worker_killing_time_threshold_ms",
+    "RAY_preload_python_modules",
+)
+
+
+def run_on_fresh_cluster(script: str, prefix: str, *args: str, timeout: int) -> tuple[Any, str]:
+    """Run ``script`` in a new process (its own embedded cluster): the JSON it printed after
+    ``prefix``, and everything it wrote."""
+    env = {k: v for k, v in os.environ.items() if k not in RAY_OVERRIDES}
     env.update(PYTHONPATH=str(REPO_ROOT), RAY_USAGE_STATS_ENABLED="0")
     result = subprocess.run(
-        [sys.executable, "-c", RUNS, str(chat_inputs), str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        timeout=timeout,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
-    (line,) = [x for x in result.stdout.splitlines() if x.startswith("RUNS ")]
-    runs = json.loads(line[len("RUNS ") :])
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith(prefix + " ")]
+    return json.loads(line[len(prefix) + 1 :]), result.stdout + result.stderr
+
+
+def test_repeated_jobs_start_no_worker_processes_after_the_first(chat_inputs, tmp_path):
+    runs, _ = run_on_fresh_cluster(RUNS, "RUNS", str(chat_inputs), str(tmp_path / "out"), timeout=300)
     assert len({r["kept"] for r in runs}) == 1 and runs[0]["kept"] > 0
     # the first run starts Ray Data's two actors and the task workers; later runs reuse them all
     assert runs[0]["started"] >= 3
@@ -91,12 +110,6 @@ PRELOADED = textwrap.dedent(
 def test_the_preprocess_jobs_cluster_workers_import_its_modules_before_they_take_work():
     from jobs.preprocess.job import WORKER_MODULES
 
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_preload_python_modules")}
-    env.update(PYTHONPATH=str(REPO_ROOT), RAY_USAGE_STATS_ENABLED="0")
-    result = subprocess.run(
-        [sys.executable, "-c", PRELOADED], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    (line,) = [x for x in result.stdout.splitlines() if x.startswith("WORKER ")]
-    assert json.loads(line[len("WORKER ") :]) == list(WORKER_MODULES)
-    assert "Failed to preload" not in result.stdout + result.stderr  # Ray logs a module it cannot import
+    modules, output = run_on_fresh_cluster(PRELOADED, "WORKER", timeout=120)
+    assert modules == list(WORKER_MODULES)
+    assert "Failed to preload" not in output  # Ray logs a module it cannot import
