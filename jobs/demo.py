@@ -60,9 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def preprocess(output: str) -> str:
     """Step 2; returns the job's summary line."""
-    from jobs.preprocess.config import build_parser as preprocess_parser
-    from jobs.preprocess.config import resolve_config
-    from jobs.preprocess.job import run
+    from twinkle_agentic.jobs.preprocess.config import build_parser as preprocess_parser
+    from twinkle_agentic.jobs.preprocess.config import resolve_config
+    from twinkle_agentic.jobs.preprocess.job import run
 
     argv = [
         "--input",
@@ -79,10 +79,10 @@ def preprocess(output: str) -> str:
 
 def rollout(args: argparse.Namespace, output: str):
     """Step 3; returns the job's summary."""
-    from jobs.rollout.config import config_from_mapping, load_yaml, resolve_paths
-    from jobs.rollout.job import run
+    from twinkle_agentic.jobs.rollout.config import config_from_mapping, load_yaml, resolve_paths
+    from twinkle_agentic.jobs.rollout.job import run
 
-    with resources.as_file(resources.files("jobs.configs").joinpath(DEMO_CONFIG)) as path:
+    with resources.as_file(resources.files("twinkle_agentic.jobs.configs").joinpath(DEMO_CONFIG)) as path:
         data = resolve_paths(load_yaml(str(path)), str(path.parent))
     data.update(output=output, overwrite=True, progress=args.progress, address=args.address)
     for key, value in (("limit", args.prompts), ("engines", args.engines), ("model", args.model)):
@@ -93,16 +93,16 @@ def rollout(args: argparse.Namespace, output: str):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from jobs.preprocess.sources import InputError
-    from jobs.preprocess.steps import ConfigError as PipelineError
-    from jobs.rollout.config import ConfigError
-    from jobs.rollout.main import log_to_stderr
+    from twinkle_agentic.jobs.preprocess.sources import InputError
+    from twinkle_agentic.jobs.preprocess.steps import ConfigError as PipelineError
+    from twinkle_agentic.jobs.rollout.config import ConfigError
+    from twinkle_agentic.jobs.rollout.main import log_to_stderr
 
     log_to_stderr()
     start = time.perf_counter()
     output = os.path.abspath(args.output)
     try:
-        from cluster import connect
+        from twinkle_agentic.cluster import connect
 
         info = connect(args.address, num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
         print(f"[1/3] Ray: {info.summary()}", flush=True)

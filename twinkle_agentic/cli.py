@@ -13,10 +13,10 @@ import sys
 # name -> ("module:function", one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("twinkle_agentic.doctor:main", "report which optional stacks are installed and working"),
-    "cluster": ("cluster.cli:main", "connect to / start / stop a Ray cluster; print its environment"),
-    "preprocess": ("jobs.preprocess:main", "clean chat/agent datasets on Ray Data: filters, global dedup, drop ledger"),
-    "rollout": ("jobs.rollout:main", "multi-turn tool-calling rollouts on a Ray farm of vLLM engines, resumable"),
-    "demo": ("jobs.demo:main", "the full demo on a local cluster: preprocess the sample, serve tools, roll out"),
+    "cluster": ("twinkle_agentic.cluster.cli:main", "connect to / start / stop a Ray cluster; print its environment"),
+    "preprocess": ("twinkle_agentic.jobs.preprocess:main", "clean chat/agent datasets on Ray Data: filters, global dedup, drop ledger"),
+    "rollout": ("twinkle_agentic.jobs.rollout:main", "multi-turn tool-calling rollouts on a Ray farm of vLLM engines, resumable"),
+    "demo": ("twinkle_agentic.jobs.demo:main", "the full demo on a local cluster: preprocess the sample, serve tools, roll out"),
 }
 
 

@@ -136,7 +136,7 @@ def _load_yaml(path: str | None) -> tuple[dict[str, Any], str]:
 
     try:
         if path is None:
-            text = resources.files("jobs.configs").joinpath(DEFAULT_PIPELINE).read_text(encoding="utf-8")
+            text = resources.files("twinkle_agentic.jobs.configs").joinpath(DEFAULT_PIPELINE).read_text(encoding="utf-8")
             where = f"<bundled {DEFAULT_PIPELINE}>"
         else:
             with open(path, encoding="utf-8") as handle:

@@ -90,16 +90,16 @@ class ActorStage:
 WORKER_MODULES = (
     "ray.data",
     "ray.data._internal.issue_detection",
-    "jobs.preprocess.read",
-    "jobs.preprocess.stages",
-    "jobs.preprocess.sink",
+    "twinkle_agentic.jobs.preprocess.read",
+    "twinkle_agentic.jobs.preprocess.stages",
+    "twinkle_agentic.jobs.preprocess.sink",
 )
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> str:
     """Connect to Ray (the address given, else RAY_ADDRESS, else an embedded local cluster sized to
     this machine) through the project's cluster helper; returns a one-line description."""
-    from cluster import connect as cluster_connect
+    from twinkle_agentic.cluster import connect as cluster_connect
 
     info = cluster_connect(
         address, num_cpus=num_cpus, include_dashboard=False, preload_modules=WORKER_MODULES

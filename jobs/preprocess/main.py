@@ -1,4 +1,4 @@
-"""``twinkle-agentic preprocess``: ends as every job CLI does (:mod:`jobs.command`): exit 0 on success,
+"""``twinkle-agentic preprocess``: ends as every job CLI does (:mod:`twinkle_agentic.jobs.command`): exit 0 on success,
 2 on bad config or input, 1 on a run failure, 130 / 143 on Ctrl-C / SIGTERM (``ray job stop``), each
 with a last line on stdout. An interrupted run writes no ``stats.json``.
 """
@@ -54,7 +54,7 @@ def _log_to_stderr() -> None:
 
     Each call points our handler at the current ``sys.stderr``: a process that runs the job again
     after swapping it (a notebook, a test harness) must not log into the stream it closed."""
-    logger = logging.getLogger("jobs.preprocess")
+    logger = logging.getLogger("twinkle_agentic.jobs.preprocess")
     ours = next((h for h in logger.handlers if h.get_name() == _STDERR_HANDLER), None)
     if ours is not None:
         ours.stream = sys.stderr  # not setStream(): it flushes the old stream, which may be closed
@@ -83,7 +83,7 @@ COMMAND = JobCommand(
     name="preprocess",
     resolve=resolve_config,
     dry_run=dry_run,
-    job="jobs.preprocess.job",
+    job="twinkle_agentic.jobs.preprocess.job",
     render=lambda summary: summary.line(),
     user_error=user_error,
     if_interrupted="the output holds no complete run (no stats.json), rerun with --overwrite",

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.config import EngineConfig, FarmConfigError, RolloutSpec
-from actors.driver import FarmOptions
+from twinkle_agentic.actors.config import EngineConfig, FarmConfigError, RolloutSpec
+from twinkle_agentic.actors.driver import FarmOptions
 
 from ..config_flags import add_field_flags, cli_fields, option, yaml_only
 
@@ -238,7 +238,7 @@ class RolloutJobConfig:
         if unknown:
             raise ConfigError(f"engine: unknown key(s) {unknown}; known: {list(ENGINE_KEYS)}")
         try:
-            from actors.modes import check_mode_options
+            from twinkle_agentic.actors.modes import check_mode_options
 
             self.engine_config().validate()
             self.rollout_spec().validate()

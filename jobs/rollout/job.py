@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from actors.catalog import ENVS_KEY, TOOLSETS_KEY
+from twinkle_agentic.actors.catalog import ENVS_KEY, TOOLSETS_KEY
 
 from .config import ConfigError, RolloutJobConfig
 from .journal import Journal
@@ -47,7 +47,7 @@ def plan(cfg: RolloutJobConfig) -> list[dict[str, Any]]:
 
 
 def connect(cfg: RolloutJobConfig) -> Any:
-    from cluster import connect as cluster_connect
+    from twinkle_agentic.cluster import connect as cluster_connect
 
     return cluster_connect(
         cfg.address, num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=cfg.worker_logs
@@ -69,7 +69,7 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
     try:
         if todo:
             info = connect(cfg)
-            from actors.driver import RolloutFarm
+            from twinkle_agentic.actors.driver import RolloutFarm
 
             from .services import deploy
 

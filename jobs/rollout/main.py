@@ -1,4 +1,4 @@
-"""``twinkle-agentic rollout``: ends as every job CLI does (:mod:`jobs.command`): exit 0 on success,
+"""``twinkle-agentic rollout``: ends as every job CLI does (:mod:`twinkle_agentic.jobs.command`): exit 0 on success,
 2 on bad config or input, 1 on a run failure, 130 / 143 on Ctrl-C / SIGTERM (``ray job stop``).
 
 An interrupted run stops cleanly: finished batches are already in the journal, workers are shut
@@ -15,8 +15,7 @@ from .config import ConfigError, RolloutJobConfig, build_parser, resolve_config
 
 def dry_run(cfg: RolloutJobConfig) -> None:
     import yaml
-
-    from actors.worker import RolloutWorker
+    from twinkle_agentic.actors.worker import RolloutWorker
 
     from .job import plan
 
@@ -39,7 +38,7 @@ def dry_run(cfg: RolloutJobConfig) -> None:
 
 def log_to_stderr() -> None:
     """Our INFO lines on stderr; other libraries' loggers are left alone."""
-    for name in ("jobs.rollout", "actors"):
+    for name in ("twinkle_agentic.jobs.rollout", "actors"):
         logger = logging.getLogger(name)
         if not logger.handlers:
             handler = logging.StreamHandler()
@@ -56,7 +55,7 @@ COMMAND = JobCommand(
     name="rollout",
     resolve=resolve_config,
     dry_run=dry_run,
-    job="jobs.rollout.job",
+    job="twinkle_agentic.jobs.rollout.job",
     render=lambda summary: summary.render(),
     user_error=user_error,
     if_interrupted="rerun the same command to resume",

@@ -67,9 +67,8 @@ def read_rows(path: str) -> list[tuple[int, Any]]:
     Files are read as the preprocess job reads them (local paths or URIs; JSON Lines, a ``.json``
     file holding one JSON array, or Parquet; compressed or not)."""
     from pyarrow.lib import ArrowException
-
-    from jobs.preprocess.json_array import JSONLayoutError
-    from jobs.preprocess.sources import JSONL, PARQUET, format_of, iter_json_text
+    from twinkle_agentic.jobs.preprocess.json_array import JSONLayoutError
+    from twinkle_agentic.jobs.preprocess.sources import JSONL, PARQUET, format_of, iter_json_text
 
     layout = format_of(path) or JSONL
     if layout == PARQUET:

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.catalog import EnvEndpoint, EnvOpenError, ToolCatalog, ToolServerEndpoint
+from twinkle_agentic.actors.catalog import EnvEndpoint, EnvOpenError, ToolCatalog, ToolServerEndpoint
+
 from twinkle_agentic.tools.remote import ToolServerError
 
 from .config import ConfigError, EnvServerSpec, RolloutJobConfig, ToolServerSpec
@@ -116,7 +117,7 @@ def start_serve(cfg: RolloutJobConfig, embedded: bool) -> tuple[str, bool]:
 
 
 def _free_port() -> int:
-    from cluster.head import free_port
+    from twinkle_agentic.cluster.head import free_port
 
     return free_port()
 
@@ -128,9 +129,9 @@ def _route(spec: ToolServerSpec | EnvServerSpec) -> str:
 
 def build_apps(cfg: RolloutJobConfig) -> list[tuple[str, str, Any]]:
     """``(name, route_prefix, bound application)`` for every entry to deploy; bad options raise ConfigError."""
-    from deployments.common import DeploymentConfigError
-    from deployments.env_server import env_server_app
-    from deployments.tool_server import tool_server_app
+    from twinkle_agentic.deployments.common import DeploymentConfigError
+    from twinkle_agentic.deployments.env_server import env_server_app
+    from twinkle_agentic.deployments.tool_server import tool_server_app
 
     apps = []
     for spec in cfg.tools:

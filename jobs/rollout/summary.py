@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.activity import Activity
+from twinkle_agentic.actors.activity import Activity
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 from farm_settings import job_settings
-
-from actors.activity import Activity, ToolCallTiming
-from jobs.rollout.config import ConfigError, config_from_mapping
-from jobs.rollout.summary import RolloutTally, rollout_figures
+from twinkle_agentic.actors.activity import Activity, ToolCallTiming
+from twinkle_agentic.jobs.rollout.config import ConfigError, config_from_mapping
+from twinkle_agentic.jobs.rollout.summary import RolloutTally, rollout_figures
 
 MODE_OPTIONS = {
     "tool_limits": {"get_weather": {"max_concurrency": 2, "timeout_s": 30}},
@@ -38,7 +37,7 @@ def settings(tmp_path: Path, serve_port: int, **overrides) -> dict:
 @pytest.mark.integration
 @pytest.mark.vllm
 def test_rollout_job_in_async_mode_end_to_end(ray_local, tmp_path, free_port):
-    from jobs.rollout.job import run
+    from twinkle_agentic.jobs.rollout.job import run
 
     summary = run(config_from_mapping(settings(tmp_path, free_port)).validate())
     figures = summary.figures()

@@ -12,9 +12,8 @@ from deployment_samples import BrokenEnv, CounterEnv
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 from starlette.websockets import WebSocketDisconnect  # noqa: E402
-
-from deployments.common import DeploymentConfigError  # noqa: E402
-from deployments.env_server import (  # noqa: E402
+from twinkle_agentic.deployments.common import DeploymentConfigError  # noqa: E402
+from twinkle_agentic.deployments.env_server import (  # noqa: E402
     EnvHost,
     EnvLimits,
     build_app,
@@ -23,7 +22,8 @@ from deployments.env_server import (  # noqa: E402
     env_server_app,
     make_env_app,
 )
-from deployments.openenv_protocol import encode_frame, observation_frame  # noqa: E402
+from twinkle_agentic.deployments.openenv_protocol import encode_frame, observation_frame  # noqa: E402
+
 from twinkle_agentic.envs.base import StepResult  # noqa: E402
 
 

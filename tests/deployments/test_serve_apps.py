@@ -31,9 +31,8 @@ def apps(serve_http):
     """Both apps deployed at once: tools on 2 replicas with a token, env capped at 2 sessions per replica."""
     from ray import serve
     from ray.serve.api import RunTarget
-
-    from deployments.env_server import env_server_app
-    from deployments.tool_server import tool_server_app
+    from twinkle_agentic.deployments.env_server import env_server_app
+    from twinkle_agentic.deployments.tool_server import tool_server_app
 
     light = {"ray_actor_options": {"num_cpus": 0.1}, "health_check_period_s": 1}
     tools = tool_server_app(

@@ -16,12 +16,12 @@ import pytest
 yaml = pytest.importorskip("yaml")
 schema_module = pytest.importorskip("ray.serve.schema")
 
-from deployments.common import load_object  # noqa: E402
-from deployments.env_server import EnvHost, EnvLimits, check_capacity_fits, env_factory  # noqa: E402
-from deployments.tool_server import ToolCallLimits, build_tools  # noqa: E402
+from twinkle_agentic.deployments.common import load_object  # noqa: E402
+from twinkle_agentic.deployments.env_server import EnvHost, EnvLimits, check_capacity_fits, env_factory  # noqa: E402
+from twinkle_agentic.deployments.tool_server import ToolCallLimits, build_tools  # noqa: E402
 
 CONFIG_PATH = Path(__file__).resolve().parents[2] / "deployments" / "configs" / "tools_and_envs.yaml"
-LIMITS = {"deployments.tool_server:build_app": ToolCallLimits, "deployments.env_server:build_app": EnvLimits}
+LIMITS = {"twinkle_agentic.deployments.tool_server:build_app": ToolCallLimits, "twinkle_agentic.deployments.env_server:build_app": EnvLimits}
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +57,9 @@ def test_every_yaml_deployment_exists_and_its_user_config_is_accepted(raw_config
 
 def test_yaml_args_build_the_demo_tools_and_env(raw_config):
     apps = {app["import_path"]: app["args"] for app in raw_config["applications"]}
-    tools = build_tools(apps["deployments.tool_server:build_app"]["tools"])
+    tools = build_tools(apps["twinkle_agentic.deployments.tool_server:build_app"]["tools"])
     assert [t.tool_info()["function"]["name"] for t in tools] == ["get_weather", "calculator"]
-    env_args = apps["deployments.env_server:build_app"]
+    env_args = apps["twinkle_agentic.deployments.env_server:build_app"]
     host = EnvHost(env_factory(env_args["env"], env_args.get("env_kwargs")))
     assert host.name == "GuessNumberEnv" and host.tools[0]["function"]["name"] == "guess"
 

@@ -9,9 +9,8 @@ from deployment_samples import AddTool, FailingTool, SleepTool
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
-
-from deployments.common import DeploymentConfigError  # noqa: E402
-from deployments.tool_server import (  # noqa: E402
+from twinkle_agentic.deployments.common import DeploymentConfigError  # noqa: E402
+from twinkle_agentic.deployments.tool_server import (  # noqa: E402
     ToolCallLimits,
     ToolHost,
     build_app,
@@ -19,6 +18,7 @@ from deployments.tool_server import (  # noqa: E402
     make_tool_app,
     tool_server_app,
 )
+
 from twinkle_agentic.tools.tool_manager import ToolManager  # noqa: E402
 
 # (name, arguments) sent as the POST /call body; the answer must equal local ToolManager dispatch.

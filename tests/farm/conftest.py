@@ -9,6 +9,6 @@ from farm_settings import DEMO_PROMPTS
 @pytest.fixture(scope="session")
 def demo_trajectories():
     """The bundled demo prompts as trajectories (ids, toolsets/envs selections, game targets)."""
-    from jobs.rollout.prompts import load_prompts, to_trajectories
+    from twinkle_agentic.jobs.rollout.prompts import load_prompts, to_trajectories
 
     return to_trajectories(load_prompts(str(DEMO_PROMPTS)))

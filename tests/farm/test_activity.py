@@ -8,8 +8,15 @@ import threading
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from actors.activity import Activity, ActivityRecorder, account, intersect, length, merge, subtract
+from twinkle_agentic.actors.activity import (
+    Activity,
+    ActivityRecorder,
+    account,
+    intersect,
+    length,
+    merge,
+    subtract,
+)
 
 
 def test_merge_joins_overlapping_and_touching_intervals_and_drops_empty_ones():

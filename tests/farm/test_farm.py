@@ -23,10 +23,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 def services(ray_local, tmp_path_factory):
     """The demo tools (two replicas) and the guessing-game env, deployed the way the job does."""
     from ray import serve
-
-    from cluster.head import free_port
-    from jobs.rollout.config import config_from_mapping
-    from jobs.rollout.services import deploy
+    from twinkle_agentic.cluster.head import free_port
+    from twinkle_agentic.jobs.rollout.config import config_from_mapping
+    from twinkle_agentic.jobs.rollout.services import deploy
 
     cfg = config_from_mapping(job_settings(tmp_path_factory.mktemp("farm"), free_port(), tool_replicas=2))
     deployed = deploy(cfg, embedded=False)  # the farm fixture waits for it while its engine starts
@@ -38,8 +37,8 @@ def services(ray_local, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def farm(services, tiny_model_path):
-    from actors import EngineConfig, FarmOptions, RolloutFarm, RolloutSpec
-    from jobs.rollout.job import in_background
+    from twinkle_agentic.actors import EngineConfig, FarmOptions, RolloutFarm, RolloutSpec
+    from twinkle_agentic.jobs.rollout.job import in_background
 
     farm = RolloutFarm(
         EngineConfig(tiny_model_path, max_model_len=512, kv_cache_space_gb=1),

@@ -8,12 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
+from twinkle_agentic.actors.config import EngineConfig, RolloutSpec
+from twinkle_agentic.actors.worker import RolloutWorker, error_trajectory
+from twinkle_agentic.jobs.rollout.config import ConfigError, build_parser, config_from_mapping, resolve_config
+from twinkle_agentic.jobs.rollout.journal import Journal
+from twinkle_agentic.jobs.rollout.prompts import PromptError, load_prompts, to_trajectories
 
-from actors.config import EngineConfig, RolloutSpec
-from actors.worker import RolloutWorker, error_trajectory
-from jobs.rollout.config import ConfigError, build_parser, config_from_mapping, resolve_config
-from jobs.rollout.journal import Journal
-from jobs.rollout.prompts import PromptError, load_prompts, to_trajectories
 from twinkle_agentic.demo import dialogues
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -251,7 +251,7 @@ def test_rollout_spec_defaults_validate():
 
 
 def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path, capsys):
-    from jobs.rollout import main
+    from twinkle_agentic.jobs.rollout import main
 
     assert main(["--config", str(DEMO_CONFIG), "--output", str(tmp_path / "out"), "--limit", "5", "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -260,7 +260,7 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path, capsys):
 
 
 def test_bad_input_exits_2_naming_the_problem(tmp_path, capsys):
-    from jobs.rollout import main
+    from twinkle_agentic.jobs.rollout import main
 
     prompts = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "hi", "toolsets": ["search"]}])
     assert main(["--prompts", str(prompts), "--output", str(tmp_path / "out")]) == 2
@@ -271,8 +271,8 @@ def test_bad_input_exits_2_naming_the_problem(tmp_path, capsys):
 
 def test_a_finished_run_resumes_to_nothing_without_a_cluster(tmp_path, capsys):
     """Every trajectory is already in the journal: the job reports and exits without starting Ray."""
-    from jobs.rollout import main
-    from jobs.rollout.config import config_from_mapping
+    from twinkle_agentic.jobs.rollout import main
+    from twinkle_agentic.jobs.rollout.config import config_from_mapping
 
     output = tmp_path / "out"
     argv = ["--config", str(DEMO_CONFIG), "--output", str(output), "--limit", "3", "--no-progress"]
@@ -288,8 +288,8 @@ def test_a_finished_run_resumes_to_nothing_without_a_cluster(tmp_path, capsys):
 
 
 def test_percentiles_and_figures():
-    from actors.activity import Activity, ToolCallTiming
-    from jobs.rollout.summary import RolloutTally, percentile, rollout_figures
+    from twinkle_agentic.actors.activity import Activity, ToolCallTiming
+    from twinkle_agentic.jobs.rollout.summary import RolloutTally, percentile, rollout_figures
 
     assert percentile([], 50) is None
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0 and percentile(list(range(1, 101)), 99) == 99
@@ -304,7 +304,7 @@ def test_percentiles_and_figures():
 
 
 def test_an_interrupted_run_says_how_to_resume(tmp_path, capsys, monkeypatch):
-    from jobs.rollout import job, main
+    from twinkle_agentic.jobs.rollout import job, main
 
     def interrupted(cfg):
         raise KeyboardInterrupt

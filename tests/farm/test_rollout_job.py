@@ -52,10 +52,9 @@ def wait_for_first_batch(proc: subprocess.Popen, output: Path, log: Path, timeou
 
 def test_interrupted_job_resumes_under_ray_job_submit_without_loss_or_duplicates(ray_local, tmp_path):
     from ray import serve
-
-    from cluster import LocalHead
-    from cluster.auth import ray_environment
-    from cluster.head import free_port
+    from twinkle_agentic.cluster import LocalHead
+    from twinkle_agentic.cluster.auth import ray_environment
+    from twinkle_agentic.cluster.head import free_port
 
     settings = job_settings(tmp_path, free_port(), limit=16)
     config = tmp_path / "rollout.yaml"
@@ -68,7 +67,7 @@ def test_interrupted_job_resumes_under_ray_job_submit_without_loss_or_duplicates
     gcs = ray_local.get_runtime_context().gcs_address
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jobs.rollout", "--config", str(config), "--address", gcs],
+            [sys.executable, "-m", "twinkle_agentic.jobs.rollout", "--config", str(config), "--address", gcs],
             stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=ray_environment(), start_new_session=True,
         )  # fmt: skip
     try:

@@ -8,10 +8,17 @@ import time
 from collections import Counter
 
 import pytest
+from twinkle_agentic.actors import (
+    EngineConfig,
+    FarmOptions,
+    RolloutFarm,
+    RolloutSpec,
+    RolloutWorker,
+    ToolCatalog,
+)
+from twinkle_agentic.actors.driver import FarmStartError
+from twinkle_agentic.actors.worker import WorkerUnhealthy
 
-from actors import EngineConfig, FarmOptions, RolloutFarm, RolloutSpec, RolloutWorker, ToolCatalog
-from actors.driver import FarmStartError
-from actors.worker import WorkerUnhealthy
 from twinkle_agentic.demo.tools import demo_tools
 
 SCRIPTED = EngineConfig("scripted", mode="farm_fakes:ScriptedMode", num_cpus=0.1)

@@ -11,9 +11,8 @@ import sys
 import textwrap
 
 import pytest
-
-from cluster import ClusterConfigError, LocalHead, resolve_address, resolve_auth_mode
-from cluster.auth import ray_environment
+from twinkle_agentic.cluster import ClusterConfigError, LocalHead, resolve_address, resolve_auth_mode
+from twinkle_agentic.cluster.auth import ray_environment
 
 
 def test_resolve_address(monkeypatch):
@@ -37,7 +36,7 @@ def test_auth_mode(monkeypatch):
 
 
 def test_clusters_started_here_keep_their_workers_and_prestart_none(monkeypatch):
-    from cluster.worker_pool import IDLE_WORKER_KEEP_MS, worker_pool_config
+    from twinkle_agentic.cluster.worker_pool import IDLE_WORKER_KEEP_MS, worker_pool_config
 
     monkeypatch.delenv("RAY_num_workers_soft_limit", raising=False)
     monkeypatch.delenv("RAY_idle_worker_killing_time_threshold_ms", raising=False)
@@ -52,12 +51,12 @@ def test_clusters_started_here_keep_their_workers_and_prestart_none(monkeypatch)
 
 
 def test_worker_pool_preloads_the_modules_named(monkeypatch):
-    from cluster.worker_pool import worker_pool_config
+    from twinkle_agentic.cluster.worker_pool import worker_pool_config
 
     monkeypatch.delenv("RAY_preload_python_modules", raising=False)
     assert "preload_python_modules" not in worker_pool_config()
-    config = worker_pool_config(("ray.data", "jobs.preprocess.stages"))
-    assert config["preload_python_modules"] == ["ray.data", "jobs.preprocess.stages"]
+    config = worker_pool_config(("ray.data", "twinkle_agentic.jobs.preprocess.stages"))
+    assert config["preload_python_modules"] == ["ray.data", "twinkle_agentic.jobs.preprocess.stages"]
     json.dumps(config)  # Ray takes the system config as JSON
     monkeypatch.setenv("RAY_preload_python_modules", "numpy")  # Ray reads it itself
     assert "preload_python_modules" not in worker_pool_config(("ray.data",))

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 from job_data import read_outputs, reference_outputs
-
-from jobs.preprocess.inprocess import run_in_process
-from jobs.preprocess.job import actor_cpus
-from jobs.preprocess.steps import Stage, StepSpec, build_step
+from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
+from twinkle_agentic.jobs.preprocess.job import actor_cpus
+from twinkle_agentic.jobs.preprocess.steps import Stage, StepSpec, build_step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "data" / "sample" / "chats.jsonl"
@@ -53,7 +52,7 @@ def test_a_model_step_on_a_one_cpu_cluster_runs_to_the_end(tmp_path):
     config = tmp_path / "pipeline.yaml"
     config.write_text(yaml.safe_dump({"steps": [s.to_config() for s in steps]}))
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "jobs.preprocess", "--input", str(SAMPLE), "--output", str(out),
+    argv = [sys.executable, "-m", "twinkle_agentic.jobs.preprocess", "--input", str(SAMPLE), "--output", str(out),
             "--config", str(config), "--num-cpus", "1", "--no-progress"]  # fmt: skip
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, start_new_session=True

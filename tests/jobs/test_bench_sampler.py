@@ -37,9 +37,9 @@ def test_the_reports_cpu_is_timed_apart_and_the_job_module_restored(tmp_path):
     from collections import Counter
 
     import pyarrow.fs
+    from twinkle_agentic.jobs.preprocess import job
+    from twinkle_agentic.jobs.preprocess.report import RunSummary
 
-    from jobs.preprocess import job
-    from jobs.preprocess.report import RunSummary
     from twinkle_agentic.preprocessor.stats import StepStats
 
     summary = RunSummary(str(tmp_path), 3, 2, 1, 1.0, [StepStats("read", 3, 2, 1, 0.0, Counter(malformed_json=1))])

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-
-from jobs.preprocess.config import build_parser, resolve_config
-from jobs.preprocess.frame import PART_SPACE
-from jobs.preprocess.job import (
+from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
+from twinkle_agentic.jobs.preprocess.frame import PART_SPACE
+from twinkle_agentic.jobs.preprocess.job import (
     PARTITION_TARGET_BYTES,
     PUSH_BASED_MIN_BLOCKS,
     InvariantError,
@@ -20,10 +19,11 @@ from jobs.preprocess.job import (
     needs_split,
     partition_bounds,
 )
-from jobs.preprocess.sink import SinkResult
-from jobs.preprocess.sources import Source
-from jobs.preprocess.stages import READ_POSITION
-from jobs.preprocess.steps import ConfigError, StepSpec, build_step
+from twinkle_agentic.jobs.preprocess.sink import SinkResult
+from twinkle_agentic.jobs.preprocess.sources import Source
+from twinkle_agentic.jobs.preprocess.stages import READ_POSITION
+from twinkle_agentic.jobs.preprocess.steps import ConfigError, StepSpec, build_step
+
 from twinkle_agentic.preprocessor.stats import StepStats
 
 
@@ -212,7 +212,7 @@ def test_input_blocks_estimate_the_reads_output_in_blocks():
 def test_context_settings_hold_for_the_block_and_restore_the_callers_even_on_error():
     from types import SimpleNamespace
 
-    from jobs.preprocess.job import context_settings
+    from twinkle_agentic.jobs.preprocess.job import context_settings
 
     context = SimpleNamespace(enable_progress_bars=True, shuffle_strategy="hash")
     with context_settings(context, enable_progress_bars=False, shuffle_strategy="sort"):

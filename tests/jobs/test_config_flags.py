@@ -6,8 +6,7 @@ import argparse
 from dataclasses import dataclass, field
 
 import pytest
-
-from jobs.config_flags import add_field_flags, cli_fields, option, yaml_only
+from twinkle_agentic.jobs.config_flags import add_field_flags, cli_fields, option, yaml_only
 
 
 @dataclass

@@ -8,8 +8,7 @@ import threading
 import time
 
 import pytest
-
-from jobs.interrupt import exit_code, sigterm_raises_exit
+from twinkle_agentic.jobs.interrupt import exit_code, sigterm_raises_exit
 
 
 def test_sigterm_raises_exit_inside_the_block_and_restores_the_handler():

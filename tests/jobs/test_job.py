@@ -11,16 +11,15 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import twinkle_agentic.jobs.preprocess.job as job_module
 import yaml
 from job_data import read_outputs, reference_outputs
-
-import jobs.preprocess.job as job_module
-from jobs.preprocess import main
-from jobs.preprocess.config import PreprocessConfig, build_parser, resolve_config
-from jobs.preprocess.inprocess import run_in_process
-from jobs.preprocess.job import default_partitions, plan, prepare_output
-from jobs.preprocess.sources import UNREADABLE_DROP, expand_inputs, parse_read, read_source
-from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps
+from twinkle_agentic.jobs.preprocess import main
+from twinkle_agentic.jobs.preprocess.config import PreprocessConfig, build_parser, resolve_config
+from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
+from twinkle_agentic.jobs.preprocess.job import default_partitions, plan, prepare_output
+from twinkle_agentic.jobs.preprocess.sources import UNREADABLE_DROP, expand_inputs, parse_read, read_source
+from twinkle_agentic.jobs.preprocess.steps import ConfigError, StepSpec, parse_steps
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +95,7 @@ def test_cli_refuses_existing_output_and_reports_config_errors(chat_inputs, tmp_
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "chats.jsonl"
 PIPELINES = {
     "bundled-default": parse_steps(
-        yaml.safe_load(resources.files("jobs.configs").joinpath("default_pipeline.yaml").read_text())["steps"]
+        yaml.safe_load(resources.files("twinkle_agentic.jobs.configs").joinpath("default_pipeline.yaml").read_text())["steps"]
     ),
     "dedup-first": [StepSpec("DedupFilter"), StepSpec("HardFilter"), StepSpec("job_steps:ShoutMapper")],
     "dedup-last": [StepSpec("HardFilter"), StepSpec("job_steps:ShoutMapper"), StepSpec("DedupFilter")],
@@ -143,7 +142,7 @@ def test_job_equals_one_process_run(
     runs on every worker. ``partitions`` None leaves them to the job, with a partition size target
     small enough that the input's size, not the CPUs, sets their number."""
     if split_records is not None:
-        monkeypatch.setattr("jobs.preprocess.job.needs_split", lambda sources, cpus: split_records)
+        monkeypatch.setattr("twinkle_agentic.jobs.preprocess.job.needs_split", lambda sources, cpus: split_records)
     markers = tmp_path / "markers"
     markers.mkdir()
     scheme = "local://" if uris else ""
@@ -156,10 +155,10 @@ def test_job_equals_one_process_run(
     if partitions is not None:
         argv += ["--dedup-partitions", str(partitions)]
     else:
-        from jobs.preprocess.read import estimated_total
+        from twinkle_agentic.jobs.preprocess.read import estimated_total
 
         input_bytes = estimated_total(expand_inputs(inputs))
-        monkeypatch.setattr("jobs.preprocess.job.PARTITION_TARGET_BYTES", input_bytes // 13)
+        monkeypatch.setattr("twinkle_agentic.jobs.preprocess.job.PARTITION_TARGET_BYTES", input_bytes // 13)
     if pipeline == "dedup-first":
         argv += ["--read-concurrency", "1"]  # fewer reads at once than CPUs: same output
     if pipeline != "bundled-default":
@@ -184,7 +183,7 @@ def test_job_equals_one_process_run(
     built = []
     build = job_module.build
     monkeypatch.setattr(job_module, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
-    with caplog.at_level(logging.INFO, logger="jobs.preprocess.job"):
+    with caplog.at_level(logging.INFO, logger="twinkle_agentic.jobs.preprocess.job"):
         assert main(argv) == 0
     # --no-progress holds for the job's dataset only; the caller's context keeps its own settings
     assert [ds.context.enable_progress_bars for ds in built] == [False]
@@ -247,7 +246,7 @@ def test_unreadable_files_stop_the_run_naming_them_or_become_drops(
     with the read fused with the first stage and with the records re-blocked first."""
     import gzip
 
-    monkeypatch.setattr("jobs.preprocess.job.needs_split", lambda sources, cpus: split_records)
+    monkeypatch.setattr("twinkle_agentic.jobs.preprocess.job.needs_split", lambda sources, cpus: split_records)
 
     broken = tmp_path / "broken"
     broken.mkdir()

@@ -42,7 +42,7 @@ def test_interrupted_run_says_so_and_leaves_no_stats_or_processes(
         )
     )
     out, stdout, stderr = tmp_path / "out", tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    argv = [sys.executable, "-m", "jobs.preprocess", "--input", str(chat_inputs), "--output", str(out)]
+    argv = [sys.executable, "-m", "twinkle_agentic.jobs.preprocess", "--input", str(chat_inputs), "--output", str(out)]
     argv += ["--config", str(config), "--num-cpus", "2", "--no-progress"]
     with open(stdout, "wb") as out_file, open(stderr, "wb") as err_file:
         proc = subprocess.Popen(

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from cluster import LocalHead
+from twinkle_agentic.cluster import LocalHead
 
 pytestmark = pytest.mark.integration
 

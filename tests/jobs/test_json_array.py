@@ -8,9 +8,8 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from jobs.preprocess.json_array import JSONLayoutError, array_records
-from jobs.preprocess.sources import (
+from twinkle_agentic.jobs.preprocess.json_array import JSONLayoutError, array_records
+from twinkle_agentic.jobs.preprocess.sources import (
     JSON,
     MALFORMED_JSON,
     UNREADABLE_FILE,

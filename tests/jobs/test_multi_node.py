@@ -22,12 +22,11 @@ from pathlib import Path
 
 import pytest
 from job_data import read_outputs, reference_outputs
-
-from cluster import LocalHead
-from cluster.auth import auth_headers
-from cluster.head import free_ports, stop_process_group
-from jobs.preprocess.inprocess import run_in_process
-from jobs.preprocess.steps import StepSpec, build_step
+from twinkle_agentic.cluster import LocalHead
+from twinkle_agentic.cluster.auth import auth_headers
+from twinkle_agentic.cluster.head import free_ports, stop_process_group
+from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
+from twinkle_agentic.jobs.preprocess.steps import StepSpec, build_step
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +110,7 @@ def two_nodes(tmp_path_factory) -> Iterator[tuple[LocalHead, str, Path, Path, Pa
 
 
 def preprocess(head: LocalHead, inputs: Path, out: Path, config: Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "jobs.preprocess", "--address", head.address, "--config", str(config),
+    command = [sys.executable, "-m", "twinkle_agentic.jobs.preprocess", "--address", head.address, "--config", str(config),
                "--input", str(inputs), "--output", str(out), "--no-progress"]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, env=head.env, timeout=180, cwd=REPO_ROOT)
 

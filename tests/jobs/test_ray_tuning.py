@@ -6,8 +6,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
-
-from jobs.preprocess import ray_tuning
+from twinkle_agentic.jobs.preprocess import ray_tuning
 
 
 def _manager_class():

@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow.fs
 import pytest
 from PIL import Image
+from twinkle_agentic.jobs.preprocess.report import RunSummary, render_chart, render_markdown
 
-from jobs.preprocess.report import RunSummary, render_chart, render_markdown
 from twinkle_agentic.preprocessor.stats import StepStats
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def test_markdown_lists_every_step_with_reasons_by_count_and_links_the_chart():
 
 def test_stats_json_is_written_last_so_a_failed_report_leaves_none(tmp_path, monkeypatch):
     """stats.json marks a complete run (README): the chart and report.md come before it."""
-    from jobs.preprocess import report
+    from twinkle_agentic.jobs.preprocess import report
 
     summary = RunSummary(str(tmp_path), 10, 6, 4, 2.0, STEPS)
     written = report.write_reports(summary, pyarrow.fs.LocalFileSystem(), str(tmp_path))

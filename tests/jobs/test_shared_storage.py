@@ -7,9 +7,8 @@ import pickle
 
 import pytest
 from pyarrow import fs
-
-from jobs.preprocess.read import read_blocks
-from jobs.preprocess.shared_storage import (
+from twinkle_agentic.jobs.preprocess.read import read_blocks
+from twinkle_agentic.jobs.preprocess.shared_storage import (
     StorageNotSharedError,
     check_input,
     check_output,
@@ -19,8 +18,8 @@ from jobs.preprocess.shared_storage import (
     stale_markers,
     write_marker,
 )
-from jobs.preprocess.sources import InputError, Source, expand_inputs
-from jobs.preprocess.steps import ConfigError
+from twinkle_agentic.jobs.preprocess.sources import InputError, Source, expand_inputs
+from twinkle_agentic.jobs.preprocess.steps import ConfigError
 
 
 def test_a_listed_input_must_still_be_there_with_its_size(tmp_path):

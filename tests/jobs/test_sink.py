@@ -8,10 +8,18 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 from pyarrow import fs
-
-from jobs.preprocess.frame import DKEY, DPART, DROPPED, KIND, LEDGER, LIVE, STATS, FrameBuilder
-from jobs.preprocess.shared_storage import StorageNotSharedError, write_marker
-from jobs.preprocess.sink import (
+from twinkle_agentic.jobs.preprocess.frame import (
+    DKEY,
+    DPART,
+    DROPPED,
+    KIND,
+    LEDGER,
+    LIVE,
+    STATS,
+    FrameBuilder,
+)
+from twinkle_agentic.jobs.preprocess.shared_storage import StorageNotSharedError, write_marker
+from twinkle_agentic.jobs.preprocess.sink import (
     EarlyLedger,
     PreprocessDatasink,
     SinkResult,
@@ -19,6 +27,7 @@ from jobs.preprocess.sink import (
     split_dropped,
     text_buffers,
 )
+
 from twinkle_agentic.preprocessor.stats import StepStats
 
 SOURCES = ["/data/a.jsonl", '/data/we"ird ü.jsonl']

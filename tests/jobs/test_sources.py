@@ -10,9 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from jobs.preprocess import sources
-from jobs.preprocess.sources import (
+from twinkle_agentic.jobs.preprocess import sources
+from twinkle_agentic.jobs.preprocess.sources import (
     INVALID_ROW,
     MALFORMED_JSON,
     UNREADABLE_FILE,
@@ -158,7 +157,7 @@ def test_expand_files_dirs_globs_and_uris_in_order(tmp_path):
 
 
 def test_the_jobs_own_outputs_are_skipped_in_expansions_and_refused_when_named(tmp_path, caplog):
-    from jobs.preprocess.job import is_own_output
+    from twinkle_agentic.jobs.preprocess.job import is_own_output
 
     data = tmp_path / "data"
     for name in [
@@ -297,7 +296,7 @@ def test_the_bundled_sample_folder_reads_to_its_end():
     JSON Lines (a malformed_json drop per line), never as an error that stops the run."""
     from pathlib import Path
 
-    from jobs.preprocess.inprocess import read_rows
+    from twinkle_agentic.jobs.preprocess.inprocess import read_rows
 
     folder = Path(__file__).resolve().parents[2] / "data" / "sample"
     rows, dropped, records = read_rows([str(folder)])

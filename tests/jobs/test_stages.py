@@ -11,8 +11,7 @@ import pyarrow as pa
 import pytest
 from job_data import chat_rows, cut_emoji_row
 from job_steps import FailsToLoad, LosesKeys, ModelStep, ShoutMapper
-
-from jobs.preprocess.frame import (
+from twinkle_agentic.jobs.preprocess.frame import (
     DKEY,
     DPART,
     DROPPED,
@@ -24,9 +23,16 @@ from jobs.preprocess.frame import (
     key_partition,
     read_schema,
 )
-from jobs.preprocess.job import partition_bounds
-from jobs.preprocess.stages import StageAdapter, StageError, StepFailedError, StepStartError, mark_duplicates
-from jobs.preprocess.steps import ConfigError, StepSpec, parse_steps, plan_stages
+from twinkle_agentic.jobs.preprocess.job import partition_bounds
+from twinkle_agentic.jobs.preprocess.stages import (
+    StageAdapter,
+    StageError,
+    StepFailedError,
+    StepStartError,
+    mark_duplicates,
+)
+from twinkle_agentic.jobs.preprocess.steps import ConfigError, StepSpec, parse_steps, plan_stages
+
 from twinkle_agentic.preprocessor import DedupFilter, HardFilter
 from twinkle_agentic.preprocessor.quality import StepContractError
 

@@ -26,10 +26,10 @@ RUNS = textwrap.dedent(
     import json, sys, time
     from pathlib import Path
 
-    from cluster import connect
-    from cluster.worker_pool import worker_processes_started
-    from jobs.preprocess.config import build_parser, resolve_config
-    from jobs.preprocess.job import run
+    from twinkle_agentic.cluster import connect
+    from twinkle_agentic.cluster.worker_pool import worker_processes_started
+    from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
+    from twinkle_agentic.jobs.preprocess.job import run
 
     inputs, output = sys.argv[1], Path(sys.argv[2])
     connect(None, num_cpus=2, include_dashboard=False)
@@ -93,7 +93,7 @@ PRELOADED = textwrap.dedent(
 
     import ray
 
-    from jobs.preprocess.job import WORKER_MODULES, connect
+    from twinkle_agentic.jobs.preprocess.job import WORKER_MODULES, connect
 
     connect(None, num_cpus=1)
 
@@ -108,7 +108,7 @@ PRELOADED = textwrap.dedent(
 
 
 def test_the_preprocess_jobs_cluster_workers_import_its_modules_before_they_take_work():
-    from jobs.preprocess.job import WORKER_MODULES
+    from twinkle_agentic.jobs.preprocess.job import WORKER_MODULES
 
     modules, output = run_on_fresh_cluster(PRELOADED, "WORKER", timeout=120)
     assert modules == list(WORKER_MODULES)

@@ -41,10 +41,10 @@ def originals(records: list[dict]) -> set[str]:
 
 
 def test_pii_runs_as_an_actor_pool_stage_and_matches_one_process(ray_local, eval_records, tmp_path, capsys):
-    from jobs.preprocess import main
-    from jobs.preprocess.config import build_parser, resolve_config
-    from jobs.preprocess.inprocess import run_in_process
-    from jobs.preprocess.job import plan
+    from twinkle_agentic.jobs.preprocess import main
+    from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
+    from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
+    from twinkle_agentic.jobs.preprocess.job import plan
 
     chosen = [r for r in eval_records if r["part"] == "faker" and r["spans"]][::8]
     assert {r["lang"] for r in chosen} == {"en", "zh"} and len(chosen) >= 24

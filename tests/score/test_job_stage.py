@@ -32,9 +32,9 @@ def rows() -> list[dict]:
 
 
 def test_score_filter_runs_as_an_actor_pool_stage(ray_local, scripted, tmp_path):
-    from jobs.preprocess.config import PreprocessConfig
-    from jobs.preprocess.job import plan, run
-    from jobs.preprocess.steps import StepSpec
+    from twinkle_agentic.jobs.preprocess.config import PreprocessConfig
+    from twinkle_agentic.jobs.preprocess.job import plan, run
+    from twinkle_agentic.jobs.preprocess.steps import StepSpec
 
     data = tmp_path / "in.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows()))
