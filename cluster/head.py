@@ -20,29 +20,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twinkle_agentic.net import free_port, free_ports  # noqa: F401  (free_port: re-exported for callers of the head)
+
 from .auth import auth_headers, ray_environment
 from .worker_pool import worker_pool_config
 
 START_TIMEOUT_S = 180.0
-
-
-def free_ports(count: int, host: str = "127.0.0.1", exclude: tuple[int, ...] = ()) -> list[int]:
-    """``count`` distinct free ports, none in ``exclude``. Every socket stays bound until all are
-    picked: ports picked one at a time may come back equal (a head once failed to start because its
-    dashboard and runtime-env agent were given the same port)."""
-    ports: list[int] = []
-    with contextlib.ExitStack() as bound:
-        while len(ports) < count:
-            s = bound.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-            if port not in exclude:
-                ports.append(port)
-    return ports
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    return free_ports(1, host)[0]
 
 
 class HeadStartError(RuntimeError):
