@@ -33,9 +33,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tool_server import append_record, free_port, measure_rounds, print_table, stop_serve, wait_healthy  # noqa: E402
+from tool_server import append_record, measure_rounds, print_table, stop_serve, wait_healthy  # noqa: E402
 
 from twinkle_agentic.envs.base import Env, StepResult  # noqa: E402
+from twinkle_agentic.net import free_port  # noqa: E402
 
 MESSAGE = "hello from the benchmark"
 

@@ -18,7 +18,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from twinkle_agentic.net import free_port  # noqa: E402
 
 TOOLS = ["twinkle_agentic.demo.tools:demo_tools"]
 CALL = ("calculator", {"expression": "6*7"})
@@ -44,12 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json-out", default=None, help="append the JSON record to this file")
     p.add_argument("--uvicorn-port", type=int, default=None, help=argparse.SUPPRESS)  # internal: child mode
     return p
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_healthy(url: str, timeout_s: float = 60.0) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from twinkle_agentic.actors.catalog import EnvEndpoint, EnvOpenError, ToolCatalog, ToolServerEndpoint
 
+from twinkle_agentic.net import free_port
 from twinkle_agentic.tools.remote import ToolServerError
 
 from .config import ConfigError, EnvServerSpec, RolloutJobConfig, ToolServerSpec
@@ -106,7 +107,7 @@ def start_serve(cfg: RolloutJobConfig, embedded: bool) -> tuple[str, bool]:
     if started:
         port = cfg.serve_port
         if port is None:
-            port = _free_port() if embedded else DEFAULT_SERVE_PORT
+            port = free_port() if embedded else DEFAULT_SERVE_PORT
         serve.start(http_options={"host": cfg.serve_host, "port": port}, proxy_location="EveryNode")
         client = _get_global_client()
     http = client.http_config
@@ -114,12 +115,6 @@ def start_serve(cfg: RolloutJobConfig, embedded: bool) -> tuple[str, bool]:
         logger.warning("Serve already runs on port %s; serve_port=%s is ignored", http.port, cfg.serve_port)
     host = "127.0.0.1" if http.host in ("0.0.0.0", "::", "", None) else http.host
     return f"http://{host}:{http.port}", started
-
-
-def _free_port() -> int:
-    from twinkle_agentic.cluster.head import free_port
-
-    return free_port()
 
 
 def _route(spec: ToolServerSpec | EnvServerSpec) -> str:

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-
 import deployment_samples
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from twinkle_agentic.net import free_port
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +15,7 @@ def serve_http(ray_local):
 
     # Replicas unpickle the sample tools/envs by value: the test directory is not on their sys.path.
     cloudpickle.register_pickle_by_value(deployment_samples)
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
         yield f"http://127.0.0.1:{port}"
