@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from twinkle_agentic.tools import Tool, ToolManager
+from twinkle_agentic.tools import InvalidToolError, Tool, ToolManager
 
 
 class Echo(Tool):
@@ -62,6 +62,29 @@ def test_build_from_list_dict_none_and_reject_others():
         ToolManager("a")
     with pytest.raises(ValueError, match="no function name"):
         ToolManager([Echo("")])
+
+
+class Nameless(Echo):
+    def tool_info(self):
+        return {"type": "function", "function": {"description": "no name", "parameters": {}}}
+
+
+@pytest.mark.parametrize(
+    "register",
+    [
+        lambda m: m.register(object()),
+        lambda m: m.register(Nameless()),
+        lambda m: m.register(Echo("a"), name=""),
+        lambda m: ToolManager([Nameless()]),
+    ],
+    ids=["not-a-tool", "no-name-in-tool-info", "empty-name", "nameless-in-list"],
+)
+def test_a_tool_that_cannot_be_registered_raises_a_value_error(register):
+    """Code written against the documented API catches ValueError; TypeError still works too."""
+    manager = ToolManager()
+    with pytest.raises(ValueError) as caught:
+        register(manager)
+    assert isinstance(caught.value, (InvalidToolError, TypeError)) and manager.names() == []
 
 
 def test_register_unregister_copy_and_infos_follow_registered_names():

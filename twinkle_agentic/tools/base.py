@@ -8,6 +8,14 @@ from typing import Any
 from twinkle_agentic.data_format import ToolInfo
 
 
+class InvalidToolError(TypeError, ValueError):
+    """An object a ``ToolManager`` cannot register: not a Tool, or a schema that names no function.
+
+    A ``ValueError`` as the documented API promises, and a ``TypeError`` so callers that caught the
+    type error an object of the wrong kind used to raise keep working.
+    """
+
+
 class Tool(ABC):
     """One or more OpenAI functions served by a Python object.
 

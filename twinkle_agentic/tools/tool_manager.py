@@ -15,7 +15,7 @@ from typing import Any
 
 from twinkle_agentic.data_format import ToolInfo
 
-from .base import Tool
+from .base import InvalidToolError, Tool
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def _tool_name_of(tool: Tool) -> str:
     function = info.get("function") if isinstance(info, Mapping) else None
     name = function.get("name") if isinstance(function, Mapping) else None
     if not isinstance(name, str) or not name.strip():
-        raise ValueError(
+        raise InvalidToolError(
             f"{_type_name(tool)}.tool_info() has no function name; a tool registered without an explicit "
             "name needs tool_info()['function']['name']"
         )
@@ -64,18 +64,26 @@ class ToolManager:
             for tool in tools:
                 self.register(tool)
         else:
-            raise TypeError(f"ToolManager(tools) takes a list or dict of Tool, or None; got {_type_name(tools)}")
+            raise InvalidToolError(
+                f"ToolManager(tools) takes a list or dict of Tool, or None; got {_type_name(tools)}"
+            )
 
     # -- registry -----------------------------------------------------------------------------------
 
     def register(self, tool: Tool, name: str | None = None) -> str:
-        """Register ``tool`` under ``name`` (default: its schema name); a later tool of the same name wins."""
+        """Register ``tool`` under ``name`` (default: its schema name); a later tool of the same name wins.
+
+        Raises ``InvalidToolError`` (a ``ValueError`` and a ``TypeError``) for an object that is not a
+        Tool, a tool whose ``tool_info()`` names no function, or an empty ``name``.
+        """
         if not callable(tool) or not hasattr(tool, "tool_info"):
-            raise TypeError(f"ToolManager.register expects a Tool, got {_type_name(tool)}")
+            raise InvalidToolError(
+                f"ToolManager.register expects a Tool (a callable with tool_info()), got {_type_name(tool)}"
+            )
         if name is None:
             name = _tool_name_of(tool)
         elif not isinstance(name, str) or not name.strip():
-            raise ValueError(f"tool name must be a non-empty string, got {name!r}")
+            raise InvalidToolError(f"tool name must be a non-empty string, got {name!r}")
         self._tools[name] = tool
         return name
 
