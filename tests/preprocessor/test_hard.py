@@ -55,6 +55,50 @@ def test_greeting_punctuation(text, simple):
     assert is_simple_query(text, 1, 1) is simple
 
 
+# Every greeting upstream Twinkle drops as trivial, with its drawn-out forms; thresholds of 1 below, so
+# the vocabulary (not the length) decides.
+GREETINGS = {
+    "en": ["hello", "Hellooo", "hiii", "heyyy", "yooo", "howdy", "greetings", "good evening", "what's up",
+           "how's it going", "how are you?"],
+    "zh": ["你好", "你好好", "您好", "早上好", "下午好", "晚上好", "大家好", "嗨", "嗨嗨", "哈喽", "哈哈喽",
+           "哈哈哈", "喂", "喂喂"],
+    "ja": ["こんにちは", "こんにちはは", "こんばんは", "おはよう", "おはようございます", "やあ", "やああ", "どうも",
+           "どうもも", "はじめまして", "よろしく", "よろしくおねがいします"],
+    "ko": ["안녕", "안녕하세요", "안녕하십니까", "좋은 아침", "좋은오후", "좋은 저녁", "반갑습니다", "여보세요"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text", [pytest.param(g, id=f"{lang}-{g}") for lang, greetings in GREETINGS.items() for g in greetings]
+)
+def test_every_greeting_is_simple(text):
+    assert is_simple_query(text, 1, 1)
+    assert is_simple_query(text + "!", 1, 1)
+
+
+@pytest.mark.parametrize(
+    "text, simple",
+    [
+        ("你好.", True),  # each language has its own tail, as upstream: ZH takes . , ，
+        ("早上好，", True),
+        ("こんにちは。", True),
+        ("こんにちは，", False),  # not a JA tail
+        ("안녕하십니까.", True),
+        ("안녕하십니까，", False),  # not a KO tail
+        ("안녕하십니까 서울 날씨 어때요", False),  # a greeting then a question: not a greeting
+        ("よろしくおねがいします、明日の会議の議題をまとめてください", False),
+    ],
+)
+def test_greeting_tails_per_language(text, simple):
+    assert is_simple_query(text, 1, 1) is simple
+
+
+@pytest.mark.parametrize("text", ["안녕하십니까", "おはようございます", "よろしくおねがいします", "你好好好好好", "哈哈哈哈哈哈"])
+def test_long_greetings_are_trivial_at_the_default_thresholds(text, verdict):
+    """At or above the CJK threshold (6 characters) only the vocabulary catches them."""
+    assert len(text) >= 6 and verdict(F, row(user(text), assistant(LONG_A))) == "trivial_single_turn"
+
+
 @pytest.mark.parametrize(
     "text, simple",
     [

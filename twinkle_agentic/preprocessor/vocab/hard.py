@@ -2,19 +2,22 @@
 
 Each entry is a regex fragment that must match the whole stripped query (case-insensitive). The EN
 list applies when the query's CJK ratio is below 0.3, the CJK lists (ZH, JA, KO together) otherwise.
-``{punct}`` stands for trailing punctuation only.
+A greeting may be followed only by its language's punctuation tail. The greetings, their drawn-out
+forms (a repeated last letter: "hellooo", "你好好", "哈哈哈") and the tails are the ones upstream
+Twinkle counts as trivial.
 """
 
 EN_PUNCT_TAIL = r"[\s!?.,]*"
-CJK_PUNCT_TAIL = r"[\s!！。，,]*"
+ZH_PUNCT_TAIL = r"[\s!！。.，,]*"
+JA_PUNCT_TAIL = r"[\s!！。.]*"
 KO_PUNCT_TAIL = r"[\s!！.]*"
 QUESTION_TAIL = r"[?？。]*"
 
 EN_GREETINGS = (
-    "hello",
-    "hi",
-    "hey",
-    "yo",
+    "h+e+l+l+o+",
+    "h+i+",
+    "hey+",
+    "yo+",
     "howdy",
     "greetings",
     r"good\s+(?:morning|afternoon|evening|night|day)",
@@ -46,7 +49,7 @@ EN_SIMPLE = (
     rf"(?:{'|'.join(EN_HELP)})\b.{{0,20}}",
 )
 
-ZH_GREETINGS = ("你好", "您好", "早上好", "下午好", "晚上好", "大家好", "哈喽", "嗨+")
+ZH_GREETINGS = ("你好+", "您好+", "早上好", "下午好", "晚上好", "大家好", "嗨+", "哈+喽+", "哈+", "喂+")
 ZH_ASK_SUFFIXES = ("是什么", "啥意思", "怎么样", "如何", "为什么")
 ZH_QUESTION_WORDS = ("什么", "为什么", "怎么", "怎样", "哪", "谁", "多少", "几")
 ZH_EXPLAIN = ("介绍", "解释", "告诉我", "讲讲")
@@ -54,24 +57,25 @@ ZH_POLITE_VERBS = ("解释", "介绍", "分析", "说明", "描述", "列举", "
 ZH_PLEASE_ASK = "请问"
 
 JA_GREETINGS = (
-    "こんにちは",
-    "こんばんは",
+    "こんにちは+",
+    "こんばんは+",
     "おはよう(?:ございます)?",
     "はじめまして",
-    "やあ",
-    "よろしく",
-    "どうも",
+    "やあ+",
+    "よろしく(?:おねがいします)?",
+    "どうも+",
 )
 JA_ASK_SUFFIXES = ("とは何ですか", "って何(?:ですか)?", "について教えて(?:ください)?", "ですか")
 JA_QUESTION_WORDS = ("何", "なに", "なぜ", "どう", "どこ", "いつ", "誰", "どれ", "どの")
 
-KO_GREETINGS = ("안녕하세요", "안녕", "반갑습니다", "여보세요")
+KO_GREETINGS = ("안녕(?:하세요|하십니까)?", r"좋은\s*(?:아침|오후|저녁)", "반갑습니다", "여보세요")
 KO_ASK = (r"[은는]\s*무엇", "뭐")
 KO_QUESTION_WORDS = ("무엇", "뭐", "왜", "어떻게", "어디", "언제")
 KO_EXPLAIN = r"에\s*대해\s*(?:알려주|설명해)"
 
 CJK_SIMPLE = (
-    rf"(?:{'|'.join(ZH_GREETINGS + JA_GREETINGS)}){CJK_PUNCT_TAIL}",
+    rf"(?:{'|'.join(ZH_GREETINGS)}){ZH_PUNCT_TAIL}",
+    rf"(?:{'|'.join(JA_GREETINGS)}){JA_PUNCT_TAIL}",
     rf"(?:{'|'.join(KO_GREETINGS)}){KO_PUNCT_TAIL}",
     rf".{{0,7}}(?:{'|'.join(ZH_ASK_SUFFIXES + JA_ASK_SUFFIXES)}){QUESTION_TAIL}",
     rf"(?:{'|'.join(ZH_QUESTION_WORDS + JA_QUESTION_WORDS + KO_QUESTION_WORDS)}).{{0,7}}{QUESTION_TAIL}",
