@@ -10,26 +10,10 @@ step's own constructor.
 
 from __future__ import annotations
 
-import types
 import typing
 from typing import Any
 
-_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
-
-
-def _plain_types(hint: Any) -> tuple[type, ...]:
-    """The plain types ``hint`` allows, or () when it is anything else."""
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    parts = typing.get_args(hint) if union else (hint,)
-    return tuple(parts) if parts and all(part in _NAMES for part in parts) else ()
-
-
-def _fits(value: Any, allowed: tuple[type, ...]) -> bool:
-    if isinstance(value, bool):  # YAML's yes/no/true: not a count
-        return bool in allowed
-    if isinstance(value, int):
-        return int in allowed or float in allowed
-    return type(value) in allowed
+from twinkle_agentic.checks import type_problem
 
 
 def kwargs_problem(factory: Any, kwargs: dict[str, Any]) -> str | None:
@@ -41,8 +25,7 @@ def kwargs_problem(factory: Any, kwargs: dict[str, Any]) -> str | None:
     except Exception:  # annotations naming what this process cannot import: the constructor judges
         return None
     for name, value in kwargs.items():
-        allowed = _plain_types(hints[name]) if name in hints else ()
-        if allowed and not _fits(value, allowed):
-            wanted = " or ".join(_NAMES[t] for t in allowed)
-            return f"{name} must be {wanted}, got {value!r} ({type(value).__name__})"
+        problem = type_problem(name, value, hints[name]) if name in hints else None
+        if problem:
+            return problem
     return None
