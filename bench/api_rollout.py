@@ -43,7 +43,7 @@ from twinkle_agentic.protocol.event_loops import EVENT_LOOPS  # noqa: E402
 from twinkle_agentic.protocol.local_server import free_port  # noqa: E402
 from twinkle_agentic.protocol.scripted_server import start_scripted_server  # noqa: E402
 from twinkle_agentic.rollout.api_multi_turn import APIMultiTurnRollout  # noqa: E402
-from twinkle_agentic.rollout.base import normalise_tool_calls, tool_message  # noqa: E402
+from twinkle_agentic.rollout.base import tool_message, with_call_ids  # noqa: E402
 from twinkle_agentic.tools import Tool, ToolManager  # noqa: E402
 
 
@@ -75,7 +75,7 @@ def thread_per_trajectory(api: OpenAI, manager: ToolManager, batch: list[dict[st
         request = {"messages": messages, "tools": manager.tool_infos()}
         for turn in range(1, max_turns + 1):
             reply = dict(api(request))
-            calls = normalise_tool_calls(reply.get("tool_calls"), turn)
+            calls = with_call_ids(reply.get("tool_calls"), turn)
             messages.append(reply)
             if not calls:
                 return {"messages": messages, "stop_reason": "stop"}

@@ -11,9 +11,9 @@ from .text import (
     has_media,
     message_text,
     messages_of,
-    normalise_tool_calls,
     reasoning_of,
     split_think,
+    tool_call_dicts,
 )
 from .vocab.hard import CJK_SIMPLE, EN_SIMPLE
 
@@ -159,7 +159,7 @@ class HardFilter(Filter):
         return not (
             message_text(message).strip()
             or has_media(content)
-            or normalise_tool_calls(message.get("tool_calls"))
+            or tool_call_dicts(message.get("tool_calls"))
             or self.has_thinking(message)
         )
 

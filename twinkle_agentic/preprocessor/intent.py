@@ -17,7 +17,7 @@ from ..data_format import pack_value, user_data_set
 from .base import INVALID_ROW, drop
 from .batch import to_rows
 from .re2_batch import TextBatch, boundary_probes, glued_probe, needs_python, re2_flags, to_re2
-from .text import message_text, messages_of, normalise_tool_calls, reasoning_of, split_think
+from .text import message_text, messages_of, reasoning_of, split_think, tool_call_dicts
 from .vocab.intent import (
     CODE_FENCE,
     CODE_FENCE_MIN_CHARS,
@@ -69,7 +69,7 @@ class ToolCallDetector(IntentDetector):
         return [
             i
             for i, m in enumerate(messages)
-            if m.get("role") == "assistant" and normalise_tool_calls(m.get("tool_calls"))
+            if m.get("role") == "assistant" and tool_call_dicts(m.get("tool_calls"))
         ]
 
 

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from .base import Mapper
-from .text import REASONING_FIELDS, has_media, message_text, normalise_tool_calls, text_of
+from .text import REASONING_FIELDS, has_media, message_text, text_of, tool_call_dicts
 from .vocab.normalizer import (
     CLINE_DENY_TAGS,
     HEARTBEAT_ASSISTANT,
@@ -145,7 +145,7 @@ TOOL_CALLS_FORMATS = ("json", "list")
 def _has_calls(message: dict) -> bool:
     """Whether the message carries tool calls ('' and missing, the common case, answered at once)."""
     calls = message.get("tool_calls")
-    return bool(calls) and normalise_tool_calls(calls) is not None
+    return bool(calls) and tool_call_dicts(calls) is not None
 
 
 def _is_blank(message: dict) -> bool:

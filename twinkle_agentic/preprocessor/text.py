@@ -9,6 +9,8 @@ import json
 import re
 from typing import Any
 
+from twinkle_agentic.data_format.tool_calls import ToolCallsError, decode_tool_calls
+
 _CJK_RUN = re.compile("[\u4e00-\u9fff\u3040-\u30ff\uac00-\ud7a3]+")
 THINK_BLOCK = re.compile(r"<(think|thinking)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
 THINK_OPEN = re.compile(r"<(think|thinking)>", re.IGNORECASE)
@@ -72,38 +74,35 @@ def cjk_ratio(text: str) -> float:
     return sum(map(len, _CJK_RUN.findall(text))) / n
 
 
-def _decode_json(value: Any) -> Any:
-    if isinstance(value, str):
-        # Arrow-stable rows carry '' or '[]' on every message: answer without raising and catching.
-        stripped = value.strip()
-        if not stripped or stripped == "[]" or stripped[0] not in "[{":
-            return None
+def _json_object(value: Any) -> Any:
+    """A JSON-object string decoded (anything else, or text that does not parse, as it is)."""
+    if isinstance(value, str) and value.lstrip()[:1] == "{":
         try:
             return json.loads(value)
         except ValueError:
-            return None
+            return value
     return value
 
 
-def normalise_tool_calls(value: Any) -> list[dict] | None:
-    """The only test for "has tool calls": a non-empty list of call dicts, or None.
+def tool_call_dicts(value: Any) -> list[dict] | None:
+    """The only test for "has tool calls": the message's call dicts, or None when there are none.
 
-    Accepts a list, a JSON string, a list of JSON strings, and calls whose ``function`` is itself a
-    JSON string.
+    The field is decoded by ``decode_tool_calls``; a value it refuses counts as no calls (rows are
+    untrusted data). Entries that are JSON-object strings, and a ``function`` given as a JSON string,
+    are decoded too; entries that are not call objects are left out.
     """
-    value = _decode_json(value)
-    if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, list):
+    try:
+        items = decode_tool_calls(value)
+    except ToolCallsError:
         return None
     calls = []
-    for item in value:
-        item = _decode_json(item)
+    for item in items:
+        item = _json_object(item)
         if not isinstance(item, dict):
             continue
         function = item.get("function")
         if isinstance(function, str):
-            decoded = _decode_json(function)
+            decoded = _json_object(function)
             if isinstance(decoded, dict):
                 item = {**item, "function": decoded}
         calls.append(item)
@@ -116,7 +115,7 @@ def is_agent_row(messages: Any) -> bool:
         return False
     for m in messages:
         if isinstance(m, dict) and (
-            m.get("role") == "tool" or (m.get("tool_calls") and normalise_tool_calls(m["tool_calls"]))
+            m.get("role") == "tool" or (m.get("tool_calls") and tool_call_dicts(m["tool_calls"]))
         ):
             return True
     return False

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from twinkle_agentic.data_format import Message, SamplingParams, Trajectory
+from twinkle_agentic.data_format.tool_calls import ToolCallsError, decode_tool_calls, tool_call_id
 
 logger = logging.getLogger(__name__)
 
@@ -41,27 +42,18 @@ def _arguments_json(arguments: Any) -> str:
 
 
 def _wire_tool_calls(tool_calls: Any, index: int, turn: int) -> list[dict[str, Any]]:
-    if isinstance(tool_calls, str):
-        if not tool_calls.strip():
-            return []
-        try:
-            tool_calls = json.loads(tool_calls)
-        except ValueError as exc:
-            raise RequestError(f"message {index}: tool_calls is a string but not JSON ({exc})") from exc
-    if tool_calls is None:
-        return []
-    if isinstance(tool_calls, Mapping):
-        tool_calls = [tool_calls]
-    if not isinstance(tool_calls, (list, tuple)):
-        raise RequestError(f"message {index}: tool_calls must be a list, got {type(tool_calls).__name__}")
+    try:
+        calls = decode_tool_calls(tool_calls)
+    except ToolCallsError as exc:
+        raise RequestError(f"message {index}: {exc}") from exc
     out = []
-    for position, call in enumerate(tool_calls):
+    for position, call in enumerate(calls):
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping) or not function.get("name"):
             raise RequestError(f"message {index}: tool call {position} has no function.name: {call!r}")
         out.append(
             {
-                "id": call.get("id") or f"call_{turn}_{position}",
+                "id": call.get("id") or tool_call_id(turn, position),
                 "type": "function",
                 "function": {"name": function["name"], "arguments": _arguments_json(function.get("arguments"))},
             }

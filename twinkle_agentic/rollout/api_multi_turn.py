@@ -33,13 +33,13 @@ from .base import (
     finish,
     format_error,
     is_tool_manager,
-    normalise_tool_calls,
     open_tool_manager,
     prepare_trajectories,
     request_tools,
     resolve_tool_managers,
     tool_message,
     tools_report_done,
+    with_call_ids,
 )
 from .traces import TraceWriter, TrajectoryPredicate
 
@@ -287,7 +287,7 @@ class _TrajectoryRun:
                 finish(trajectory, API_ERROR, turns, format_error(exc))
                 return
             turns += 1
-            calls = normalise_tool_calls(reply.get("tool_calls"), turns)
+            calls = with_call_ids(reply.get("tool_calls"), turns)
             if calls:
                 reply["tool_calls"] = calls
             else:

@@ -8,12 +8,12 @@ on the affected trajectory, never exceptions for the whole batch.
 from __future__ import annotations
 
 import copy
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from twinkle_agentic.data_format import SamplingParams, ToolCall, Trajectory
+from twinkle_agentic.data_format.tool_calls import decode_tool_calls, tool_call_id
 from twinkle_agentic.tools.tool_manager import ToolManager
 
 # -- stop reasons (closed set, SPEC 17.1) ---------------------------------------------------------------
@@ -166,31 +166,8 @@ def request_tools(trajectory: Trajectory, manager: ToolManager | None) -> list[d
 # -- messages -------------------------------------------------------------------------------------------
 
 
-def tool_call_id(turn: int, index: int) -> str:
-    """The id given to a call that arrived without one: ``call_{turn}_{i}``, turn 1-based."""
-    return f"call_{turn}_{index}"
-
-
-def decode_tool_calls(tool_calls: Any) -> list[Any]:
-    """Tool calls as a list (the Arrow-stable JSON-string form is decoded; ``''``/``'[]'``/None are none)."""
-    if tool_calls is None:
-        return []
-    if isinstance(tool_calls, str):
-        if not tool_calls.strip():
-            return []
-        try:
-            tool_calls = json.loads(tool_calls)
-        except ValueError as exc:
-            raise ValueError(f"tool_calls is a string but not JSON: {exc}") from exc
-    if isinstance(tool_calls, Mapping):
-        return [tool_calls]
-    if not isinstance(tool_calls, (list, tuple)):
-        raise ValueError(f"tool_calls must be a list, got {type(tool_calls).__name__}")
-    return list(tool_calls)
-
-
-def normalise_tool_calls(tool_calls: Any, turn: int) -> list[ToolCall]:
-    """Give every call an id (``call_{turn}_{i}`` when missing) and ``type='function'``.
+def with_call_ids(tool_calls: Any, turn: int) -> list[ToolCall]:
+    """The decoded calls, each with an id (``call_{turn}_{i}`` when missing) and ``type='function'``.
 
     Malformed entries are kept as they are so the tool manager can answer them with its ``Error:``
     string (the model learns from that); arguments are left in the form the model produced.

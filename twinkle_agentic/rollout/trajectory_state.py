@@ -23,7 +23,7 @@ from typing import Any
 from twinkle_agentic.data_format import SampledSequence, ToolCall
 from twinkle_agentic.template.template import TemplateLengthError
 
-from .base import ERROR, LENGTH, MAX_TURNS, STOP, finish, format_error, normalise_tool_calls, tool_message
+from .base import ERROR, LENGTH, MAX_TURNS, STOP, finish, format_error, tool_message, with_call_ids
 from .bookkeeping import TokenLedger, Turn, check_aligned, chosen_logprobs
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class TrajectoryState:
         logprobs = chosen_logprobs(tokens, seq.logprobs)
         self._missing_logprobs |= logprobs is None
         text = self.template.decode(tokens, skip_special_tokens=True)
-        calls = normalise_tool_calls(self.template.parse_tool_call(text), self.turns)
+        calls = with_call_ids(self.template.parse_tool_call(text), self.turns)
         message: dict[str, Any] = {"role": "assistant", "content": self.template.clean_tool_call(text)}
         if calls:
             message["tool_calls"] = calls

@@ -11,12 +11,12 @@ conversation unless configured, so any ChatML-like template works without per-mo
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from twinkle_agentic.data_format import InputFeature, Message, Tool, ToolCall, Trajectory
+from twinkle_agentic.data_format.tool_calls import decode_tool_calls
 
 from .parsers import ToolCallParser, get_tool_call_parser
 
@@ -31,14 +31,6 @@ class TemplateLengthError(ValueError):
     """An encoded conversation is longer than ``max_length`` under ``truncation_strategy='raise'``."""
 
 
-def _tool_calls_list(tool_calls: Any) -> list[Any]:
-    if tool_calls is None:
-        return []
-    if isinstance(tool_calls, str):
-        return json.loads(tool_calls) if tool_calls.strip() else []
-    return list(tool_calls)
-
-
 def messages_for_template(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Copies shaped for a chat template: tool calls as a list, None content as '', no finish_reason."""
     out = []
@@ -50,7 +42,7 @@ def messages_for_template(messages: Sequence[Message]) -> list[dict[str, Any]]:
         if "thinking" in message and "reasoning_content" not in message:
             message["reasoning_content"] = message.pop("thinking")
         if "tool_calls" in message:
-            calls = _tool_calls_list(message["tool_calls"])
+            calls = decode_tool_calls(message["tool_calls"])
             if calls:
                 message["tool_calls"] = calls
             else:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from ...data_format import user_data_get
-from ..text import message_text, normalise_tool_calls, strip_think, text_of
+from ..text import message_text, strip_think, text_of, tool_call_dicts
 from .types import ScoreContext
 
 KEY_ROUNDS = "key_rounds"
@@ -56,7 +56,7 @@ def tools_of(row: dict) -> list[dict] | None:
 def answer_text(message: dict) -> str:
     """Content without think blocks, then each tool call as a Hermes ``<tool_call>`` block."""
     parts = [strip_think(message_text(message))]
-    for call in normalise_tool_calls(message.get("tool_calls")) or []:
+    for call in tool_call_dicts(message.get("tool_calls")) or []:
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
         arguments = function.get("arguments")
         if isinstance(arguments, str):
