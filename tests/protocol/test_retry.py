@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twinkle_agentic.protocol.retry import MAX_RETRY_AFTER_S, RetryPolicy, parse_retry_after
+from twinkle_agentic.retry import MAX_RETRY_AFTER_S, RetryPolicy, parse_retry_after
 
 
 def test_backoff_grows_and_is_capped_with_jitter_bounds():
@@ -32,3 +32,26 @@ def test_parse_retry_after_headers():
 def test_invalid_policies_are_refused(kwargs):
     with pytest.raises(ValueError):
         RetryPolicy(**kwargs)
+
+
+def test_tool_server_and_openenv_clients_pause_by_the_same_policy(monkeypatch):
+    """Remote tools and the OpenEnv client take their pauses from RetryPolicy, not a copy of it."""
+    from twinkle_agentic.envs.openenv import OpenEnv
+    from twinkle_agentic.tools.remote import HttpPolicy
+
+    http = HttpPolicy(retries=4, backoff_s=0.25, backoff_max_s=1.0)
+    assert http.backoff == RetryPolicy(attempts=5, base_s=0.25, max_s=1.0)
+    env = OpenEnv("http://127.0.0.1:1", retry_attempts=3, retry_base_s=0.1, retry_max_s=0.3)
+    assert env._backoff == RetryPolicy(attempts=4, base_s=0.1, max_s=0.3)
+
+    slept: list[float] = []
+    monkeypatch.setattr("random.uniform", lambda low, high: 1.0)
+    monkeypatch.setattr("twinkle_agentic.tools.remote.time.sleep", slept.append)
+    monkeypatch.setattr("twinkle_agentic.envs.openenv.time.sleep", slept.append)
+    _, problem = http.request("GET", "http://127.0.0.1:1/unreachable")
+    assert "gave up after 5 attempts" in problem
+    assert slept == [0.25, 0.5, 1.0, 1.0]
+    slept.clear()
+    result = env.reset()
+    assert result.done and result.info["error_code"] == "CONNECTION_FAILED"
+    assert slept == [0.1, 0.2, 0.3]

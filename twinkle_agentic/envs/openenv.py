@@ -10,13 +10,13 @@ configuration only and reconnects lazily, so copies work inside Ray actors.
 from __future__ import annotations
 
 import importlib
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from twinkle_agentic.data_format import ToolInfo, Trajectory
+from twinkle_agentic.retry import RetryPolicy
 
 from .base import Env, StepResult
 from .openenv_wire import (
@@ -31,7 +31,6 @@ from .openenv_wire import (
 
 ActionMapper = Callable[[str, dict[str, Any]], Any]
 WIRE_CLIENT_OPTIONS = frozenset({"connect_timeout_s", "message_timeout_s", "max_message_size_mb", "headers"})
-JITTER = 0.2
 
 
 def default_action_mapper(tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -111,6 +110,7 @@ class OpenEnv(Env):
         self.retry_attempts = retry_attempts
         self.retry_base_s = retry_base_s
         self.retry_max_s = retry_max_s
+        self._backoff = RetryPolicy(attempts=retry_attempts + 1, base_s=retry_base_s, max_s=retry_max_s)
         self._init_runtime()
 
     # -- runtime state (never pickled) -----------------------------------------------------------------
@@ -180,7 +180,7 @@ class OpenEnv(Env):
             # capacity and connection failures happen before the session holds any state: retry
             if error.retryable and (opened_now or error.code != CAPACITY_REACHED) and attempt < self.retry_attempts:
                 self._transport = None
-                time.sleep(self._backoff_s(attempt))
+                time.sleep(self._backoff.delay_s(attempt))
                 continue
             return self._failure(error)
         try:
@@ -209,10 +209,6 @@ class OpenEnv(Env):
             if self._transport is not None:
                 self._transport.drop()
             return None, WireError(CLIENT_ERROR, f"{type(exc).__name__}: {exc}"), opened_now
-
-    def _backoff_s(self, attempt: int) -> float:
-        delay = min(self.retry_max_s, self.retry_base_s * (2.0 ** min(attempt, 60)))
-        return max(0.0, delay * random.uniform(1 - JITTER, 1 + JITTER))
 
     def _failure(self, error: WireError) -> StepResult:
         info = {"error": error.message, "error_code": error.code, "episode_reward": self.episode_reward}

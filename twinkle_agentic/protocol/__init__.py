@@ -10,7 +10,7 @@ from twinkle_agentic.lazy import lazy_exports
 _EXPORTS = {
     "API": ".base",
     "OpenAI": ".openai",
-    "RetryPolicy": ".retry",
+    "RetryPolicy": "twinkle_agentic.retry",
     "to_request": ".openai_payload",
     "from_choice": ".openai_payload",
     "sanitize_messages": ".openai_payload",

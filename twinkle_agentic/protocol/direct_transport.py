@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
+from twinkle_agentic.retry import parse_retry_after
+
 from . import wire_json
 from .errors import (
     MalformedResponseError,
@@ -23,7 +25,6 @@ from .errors import (
     error_for_status,
 )
 from .http1 import ConnectionPool, HTTPParseError, Origin
-from .retry import parse_retry_after
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_S = 600.0

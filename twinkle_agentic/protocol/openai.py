@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from twinkle_agentic.data_format import Message, SamplingParams, Trajectory
+from twinkle_agentic.retry import RetryPolicy, parse_retry_after
 
 from .base import API
 from .errors import (
@@ -29,7 +30,6 @@ from .errors import (
     error_for_status,
 )
 from .openai_payload import from_completion, to_request
-from .retry import RetryPolicy, parse_retry_after
 
 NO_KEY_PLACEHOLDER = "EMPTY"  # what local OpenAI-compatible servers accept when auth is off
 ASYNC_TRANSPORTS = ("auto", "aiohttp", "httpx", "direct")

@@ -18,13 +18,13 @@ opens its own connections lazily on first use.
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from twinkle_agentic.data_format import ToolInfo
+from twinkle_agentic.retry import RetryPolicy
 
 from .base import Tool
 
@@ -87,6 +87,11 @@ class HttpPolicy:
         if self.retries < 0 or self.backoff_s < 0 or self.backoff_max_s < 0:
             raise ValueError("retries and backoff must be >= 0")
 
+    @property
+    def backoff(self) -> RetryPolicy:
+        """The pause rule between attempts, the project's one ``RetryPolicy`` (jitter ±20 %)."""
+        return RetryPolicy(attempts=self.retries + 1, base_s=self.backoff_s, max_s=self.backoff_max_s)
+
     def request(self, method: str, url: str, body: Any = None) -> tuple[Any, str | None]:
         """``(response, None)`` on a 2xx answer, else ``(response or None, problem text)``; never raises."""
         import httpx
@@ -97,8 +102,7 @@ class HttpPolicy:
         problem = "was not attempted"
         for attempt in range(attempts):
             if attempt:
-                delay = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
-                time.sleep(delay * random.uniform(0.8, 1.2))
+                time.sleep(self.backoff.delay_s(attempt - 1))
             try:
                 response = shared_client().request(method, url, json=body, headers=headers, timeout=timeout)
             except (httpx.ConnectTimeout, httpx.PoolTimeout):

@@ -1,5 +1,9 @@
 """Retry policy for transient endpoint failures: exponential backoff with jitter, ``Retry-After``
-honoured. One policy drives both the blocking and the asyncio client."""
+honoured.
+
+The one backoff rule of the project: the chat-completions client (blocking and asyncio), remote
+tools and the OpenEnv client all wait ``RetryPolicy.delay_s`` between attempts, so a flaky endpoint
+sees the same pacing from every caller."""
 
 from __future__ import annotations
 
