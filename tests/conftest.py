@@ -1,17 +1,18 @@
-"""Shared fixtures: a session-wide local Ray cluster and free ports.
+"""Shared fixtures (a session-wide local Ray cluster, free ports, the scripted chat server, the tiny
+model and its engine) and the ``integration`` rule: a test that starts Ray, Serve, vLLM or OpenEnv is
+marked ``integration``, and the fast run (``-m "not integration"``) fails a test that starts Ray anyway.
 
-Area-specific fixtures live in tests/<area>/conftest.py.
+Area-specific fixtures live in tests/<area>/conftest.py; shared helpers in tests/support.
 """
 
 from __future__ import annotations
 
 import os
-import socket
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO_ROOT
+from twinkle_agentic.net import free_port as pick_free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -20,25 +21,51 @@ os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+pytest_plugins = ["tests.support.job_inputs"]
 
-def _worker_pythonpath() -> str:
-    """Ray workers must import test modules by name (classes defined in tests are pickled by
-    reference): put the repo root and every test directory on their PYTHONPATH."""
-    dirs = [str(REPO_ROOT)] + sorted(
-        str(p) for p in (REPO_ROOT / "tests").rglob("*") if p.is_dir() and "__pycache__" not in p.parts
-    )
-    dirs.insert(1, str(REPO_ROOT / "tests"))
-    existing = os.environ.get("PYTHONPATH")
-    return os.pathsep.join(dirs + ([existing] if existing else []))
+# Fixtures that start Ray, Serve, vLLM or OpenEnv: every test using one (directly or through another
+# fixture) is an integration test. Files that start them without these fixtures set ``pytestmark``.
+INTEGRATION_FIXTURES = frozenset({"ray_local", "serve_http", "vllm_sampler", "async_vllm_sampler", "echo_server"})
 
 
-os.environ["PYTHONPATH"] = _worker_pythonpath()
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
 
 
-def pick_free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_ray(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """A test not marked ``integration`` must not start Ray: the fast run skips integration tests
+    and has to stay fast and cluster-free. Calling ``ray.init`` (or Ray's auto-init) fails the test."""
+    if request.node.get_closest_marker("integration"):
+        yield
+        return
+    ray = _imported_ray()
+    was_up = ray is not None and ray.is_initialized()
+    if ray is not None:
+        monkeypatch.setattr(ray, "init", _refuse_ray_init(request.node.nodeid))
+    yield
+    ray = _imported_ray()
+    if ray is not None and not was_up and ray.is_initialized():
+        ray.shutdown()
+        pytest.fail(f"{request.node.nodeid} started Ray but is not marked integration: mark it "
+                    "(pytestmark = pytest.mark.integration) or use the ray_local fixture", pytrace=False)
+
+
+def _imported_ray():
+    """Ray's module if something already imported it (importing it here would slow the fast run)."""
+    import sys
+
+    return sys.modules.get("ray")
+
+
+def _refuse_ray_init(nodeid: str):
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"{nodeid} calls ray.init but is not marked integration: mark it "
+                           "(pytestmark = pytest.mark.integration) or use the ray_local fixture")
+
+    return refuse
 
 
 @pytest.fixture
@@ -48,22 +75,42 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """One local Ray cluster for the whole test session (4 logical CPUs, small object store)."""
+    """One local Ray cluster for the whole test session (4 logical CPUs, small object store).
+
+    Its workers import test-defined classes (pickled by reference) as ``tests.support...``: Ray puts
+    the driver's working directory on every worker's sys.path, so the cluster starts from the repo root.
+    """
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(
-            address="local",  # a new cluster: never join another process's cluster on a shared machine
-            num_cpus=4,
-            object_store_memory=500 * 1024 * 1024,
-            include_dashboard=False,
-            log_to_driver=False,
-            ignore_reinit_error=True,
-        )
+        cwd = os.getcwd()
+        os.chdir(REPO_ROOT)
+        try:
+            ray.init(
+                address="local",  # a new cluster: never join another process's cluster on a shared machine
+                num_cpus=4,
+                object_store_memory=500 * 1024 * 1024,
+                include_dashboard=False,
+                log_to_driver=False,
+                ignore_reinit_error=True,
+            )
+        finally:
+            os.chdir(cwd)
     yield ray
     ray.shutdown()
 
 
-# -- the tiny tool-calling model (issue 7); shared so one vLLM engine serves the whole session --------
+@pytest.fixture(scope="module")
+def chat_server():
+    """The scripted OpenAI-compatible server over real HTTP on 127.0.0.1 (strict about message fields;
+    stopped by PID)."""
+    from twinkle_agentic.testing.scripted_server import start_scripted_server
+
+    server = start_scripted_server(pick_free_port())
+    yield server
+    server.stop()
+
+
+# -- the tiny tool-calling model; shared so one vLLM engine serves the whole session ----------------
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import deployment_samples
 import pytest
 
+from tests.support import deployment_samples
 from twinkle_agentic.net import free_port
 
 
@@ -13,7 +13,7 @@ def serve_http(ray_local):
     """Start Serve for one test module; yields ``http://127.0.0.1:<port>``; shuts Serve down after."""
     from ray import cloudpickle, serve  # Ray pickles with its vendored cloudpickle
 
-    # Replicas unpickle the sample tools/envs by value: the test directory is not on their sys.path.
+    # Replicas unpickle the sample tools/envs by value: they need no import path to tests/.
     cloudpickle.register_pickle_by_value(deployment_samples)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})

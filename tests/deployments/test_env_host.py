@@ -7,7 +7,8 @@ import math
 import time
 
 import pytest
-from deployment_samples import BrokenEnv, CounterEnv
+
+from tests.support.deployment_samples import BrokenEnv, CounterEnv
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -209,9 +210,9 @@ def test_config_errors_name_the_fix():
     with pytest.raises(DeploymentConfigError, match=r"unknown key\(s\) \['max_envs'\]"):
         EnvLimits.from_user_config({"max_envs": 2})
     with pytest.raises(DeploymentConfigError, match="not a subclass of twinkle_agentic Env"):
-        env_factory("deployment_samples:AddTool")
+        env_factory("tests.support.deployment_samples:AddTool")
     with pytest.raises(DeploymentConfigError, match=r"unknown key\(s\) \['environment'\]"):
-        build_app({"environment": "deployment_samples:CounterEnv"})
+        build_app({"environment": "tests.support.deployment_samples:CounterEnv"})
     with pytest.raises(DeploymentConfigError, match="need 'env'"):
         build_app({})
     with pytest.raises(DeploymentConfigError, match="max_ongoing_requests >= 6"):

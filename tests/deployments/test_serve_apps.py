@@ -15,7 +15,8 @@ import json
 import time
 
 import pytest
-from deployment_samples import AddTool, CounterEnv, FailingTool, SleepTool, wait_until
+
+from tests.support.deployment_samples import AddTool, CounterEnv, FailingTool, SleepTool, wait_until
 
 pytestmark = pytest.mark.integration
 

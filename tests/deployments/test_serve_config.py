@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import time
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,9 @@ from twinkle_agentic.deployments.common import load_object  # noqa: E402
 from twinkle_agentic.deployments.env_server import EnvHost, EnvLimits, check_capacity_fits, env_factory  # noqa: E402
 from twinkle_agentic.deployments.tool_server import ToolCallLimits, build_tools  # noqa: E402
 
-CONFIG_PATH = Path(__file__).resolve().parents[2] / "deployments" / "configs" / "tools_and_envs.yaml"
+from tests.support.paths import REPO_ROOT  # noqa: E402
+
+CONFIG_PATH = REPO_ROOT / "deployments" / "configs" / "tools_and_envs.yaml"
 LIMITS = {"twinkle_agentic.deployments.tool_server:build_app": ToolCallLimits, "twinkle_agentic.deployments.env_server:build_app": EnvLimits}
 
 

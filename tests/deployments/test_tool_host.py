@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from deployment_samples import AddTool, FailingTool, SleepTool
+
+from tests.support.deployment_samples import AddTool, FailingTool, SleepTool
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -133,7 +134,7 @@ def test_build_tools_from_import_paths_and_factories():
     tools = build_tools(
         [
             "twinkle_agentic.demo.tools:demo_tools",  # a factory returning several tools
-            {"import_path": "deployment_samples:AddTool", "kwargs": {}},
+            {"import_path": "tests.support.deployment_samples:AddTool", "kwargs": {}},
             FailingTool(),
         ]
     )
@@ -144,15 +145,15 @@ def test_build_tools_from_import_paths_and_factories():
     "specs, message",
     [
         ([], "non-empty list"),
-        ("deployment_samples:AddTool", "non-empty list"),
+        ("tests.support.deployment_samples:AddTool", "non-empty list"),
         ([{"path": "x:y"}], r"unknown key\(s\) \['path'\]"),
         ([{"kwargs": {}}], "needs an import_path"),
-        (["deployment_samples"], "must look like 'package.module:Name'"),
-        (["deployment_samples:Missing"], "has no attribute 'Missing'"),
+        (["tests.support.deployment_samples"], "must look like 'package.module:Name'"),
+        (["tests.support.deployment_samples:Missing"], "has no attribute 'Missing'"),
         (["no_such_module_xyz:Tool"], "cannot import module"),
-        (["deployment_samples:schema"], "failed"),
-        (["deployment_samples:CounterEnv"], "not a twinkle_agentic Tool"),
-        (["deployment_samples:AddTool", "deployment_samples:AddTool"], "two tools are named 'add'"),
+        (["tests.support.deployment_samples:schema"], "failed"),
+        (["tests.support.deployment_samples:CounterEnv"], "not a twinkle_agentic Tool"),
+        (["tests.support.deployment_samples:AddTool", "tests.support.deployment_samples:AddTool"], "two tools are named 'add'"),
     ],
 )
 def test_bad_tool_specs_name_the_problem(specs, message):
@@ -166,6 +167,6 @@ def test_build_app_rejects_unknown_args():
     with pytest.raises(DeploymentConfigError, match="need 'tools'"):
         build_app({})
     with pytest.raises(DeploymentConfigError, match="either token or token_env"):
-        tool_server_app(["deployment_samples:AddTool"], token="a", token_env="B")
+        tool_server_app(["tests.support.deployment_samples:AddTool"], token="a", token_env="B")
     with pytest.raises(DeploymentConfigError, match="unknown key"):
-        tool_server_app(["deployment_samples:AddTool"], user_config={"timeout": 1})
+        tool_server_app(["tests.support.deployment_samples:AddTool"], user_config={"timeout": 1})

@@ -1,4 +1,4 @@
-"""Fixtures of the preprocessor tests (row builders live in preprocessor_rows.py)."""
+"""Fixtures of the preprocessor tests (row builders live in tests/support/preprocessor_rows.py)."""
 
 from __future__ import annotations
 

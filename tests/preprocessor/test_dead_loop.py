@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from preprocessor_rows import LONG_Q, assistant, call, row, tool, user
 
+from tests.support.preprocessor_rows import LONG_Q, assistant, call, row, tool, user
 from twinkle_agentic.preprocessor import DeadLoopFilter
 from twinkle_agentic.preprocessor.dead_loop import (
     HESITATION_RES,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from preprocessor_rows import LONG_A, LONG_Q, assistant, call, row, system, tool, user
 
+from tests.support.preprocessor_rows import LONG_A, LONG_Q, assistant, call, row, system, tool, user
 from twinkle_agentic.preprocessor import HardFilter
 from twinkle_agentic.preprocessor.hard import is_simple_query
 

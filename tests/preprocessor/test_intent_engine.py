@@ -7,8 +7,8 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from preprocessor_rows import assistant, row, user
 
+from tests.support.preprocessor_rows import assistant, row, user
 from twinkle_agentic.preprocessor import IntentClassifier
 from twinkle_agentic.preprocessor.intent import (
     CodeDetector,

@@ -6,8 +6,8 @@ import json
 import re
 
 import pytest
-from preprocessor_rows import LONG_Q, assistant, call, row, system, tool, user
 
+from tests.support.preprocessor_rows import LONG_Q, assistant, call, row, system, tool, user
 from twinkle_agentic.data_format import user_data_get
 from twinkle_agentic.preprocessor import IntentClassifier, MessageNormalizer, ModelFilter
 from twinkle_agentic.preprocessor.intent import (

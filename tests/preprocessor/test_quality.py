@@ -12,8 +12,8 @@ import pickle
 import numpy as np
 import pandas as pd
 import pytest
-from preprocessor_rows import LONG_A, LONG_Q, assistant, user
 
+from tests.support.preprocessor_rows import LONG_A, LONG_Q, assistant, user
 from twinkle_agentic.preprocessor import (
     HardFilter,
     MessageNormalizer,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from preprocessor_rows import LONG_Q, assistant, row, user
 
+from tests.support.preprocessor_rows import LONG_Q, assistant, row, user
 from twinkle_agentic.preprocessor import RefuseFilter
 from twinkle_agentic.preprocessor.refuse import is_refusal
 

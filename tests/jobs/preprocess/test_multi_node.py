@@ -1,0 +1,177 @@
+"""The preprocess job on a cluster of two nodes, one of which does not see part of the driver's disk.
+
+The head (where the driver runs) has no CPU, so every task of the job runs on the second node. That
+node's ``ray start`` runs in a mount namespace of its own, where a tmpfs covers the test's
+``private`` folder: the view of a second machine that lacks the driver's local disk. ``shared``
+is seen by both nodes, as a shared volume would be. Needs ``unshare`` and the right to mount
+(root, or unprivileged user namespaces); skipped where the machine allows neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from twinkle_agentic.cluster import LocalHead
+from twinkle_agentic.cluster.auth import auth_headers
+from twinkle_agentic.cluster.head import free_ports, stop_process_group
+from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
+from twinkle_agentic.jobs.preprocess.steps import StepSpec, build_step
+
+from tests.support.job_data import read_outputs, reference_outputs
+from tests.support.paths import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+STEPS = [StepSpec("HardFilter", {"min_user_chars": 10}), StepSpec("DedupFilter")]
+NODE_TIMEOUT_S = 120
+
+
+def hide_command(folder: Path) -> list[str] | None:
+    """A command prefix that runs the rest in a mount namespace where ``folder`` is an empty tmpfs:
+    a plain mount namespace where this process may mount, else one inside a user namespace; None
+    when neither works here."""
+    if shutil.which("unshare") is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    mount = ["sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(folder)]
+    namespaces = [["--mount"], ["--user", "--map-root-user", "--mount"]]
+    for flags in namespaces if os.geteuid() == 0 else namespaces[1:]:
+        prefix = ["unshare", *flags, "--propagation", "private", "--", *mount]
+        if subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0:
+            return prefix
+    return None
+
+
+@contextlib.contextmanager
+def worker_node(head: LocalHead, hide: list[str], num_cpus: int, log: Path) -> Iterator[tuple[str, Path]]:
+    """A second Ray node joined to ``head``, started under ``hide`` (:func:`hide_command`); yields its
+    node id and the root of its view of the file system (``/proc/<pid>/root`` of its processes)."""
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    agent, agent_grpc, runtime_env, metrics = free_ports(4)
+    command = [
+        *hide, ray_cli, "start", "--block", f"--address={head.address}",
+        f"--node-ip-address={head.host}", f"--num-cpus={num_cpus}", "--object-store-memory=200000000",
+        f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
+    ]  # fmt: skip
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=head.env, start_new_session=True
+        )
+    try:
+        yield wait_for_second_node(head, process, log), Path(f"/proc/{process.pid}/root")
+    finally:
+        stop_process_group(process)
+
+
+def wait_for_second_node(head: LocalHead, process: subprocess.Popen, log: Path) -> str:
+    request = urllib.request.Request(f"{head.dashboard_url}/api/v0/nodes", headers=auth_headers(head.env))
+    deadline = time.monotonic() + NODE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            with urllib.request.urlopen(request, timeout=5) as response:
+                nodes = json.load(response)["data"]["result"]["result"]
+            others = [n for n in nodes if n["state"] == "ALIVE" and not n["is_head_node"]]
+            if others and others[0].get("resources_total", {}).get("CPU"):
+                return others[0]["node_id"]
+        time.sleep(0.5)
+    raise AssertionError("the second node did not join:\n" + log.read_text(errors="replace")[-3000:])
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory) -> Iterator[tuple[LocalHead, str, Path, Path, Path]]:
+    """(head, the second node's id, a folder both nodes see, a folder only the head sees, the root
+    of the second node's view)."""
+    root = tmp_path_factory.mktemp("two_nodes")
+    shared, private = root / "shared", root / "private"
+    shared.mkdir()
+    hide = hide_command(private)
+    if hide is None:
+        pytest.skip("this machine cannot give a Ray node a mount namespace of its own (unshare, mount)")
+    with (
+        LocalHead(num_cpus=0, object_store_memory=200 * 1024 * 1024, auth_mode="token") as head,
+        worker_node(head, hide, num_cpus=2, log=root / "node.log") as (node_id, view),
+    ):
+        (private / "probe").write_text("the driver's disk")
+        (shared / "probe").write_text("a shared volume")
+        assert not (view / private.relative_to("/") / "probe").exists()
+        assert (view / shared.relative_to("/") / "probe").exists()
+        yield head, node_id, shared, private, view
+
+
+def preprocess(head: LocalHead, inputs: Path, out: Path, config: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "twinkle_agentic.jobs.preprocess", "--address", head.address, "--config", str(config),
+               "--input", str(inputs), "--output", str(out), "--no-progress"]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, env=head.env, timeout=180, cwd=REPO_ROOT)
+
+
+def write_inputs(
+    chat_inputs: Path, folder: Path, config_dir: Path, steps: list[StepSpec] = STEPS
+) -> tuple[Path, Path]:
+    inputs = folder / "inputs"
+    shutil.copytree(chat_inputs, inputs)
+    config = config_dir / "pipeline.yaml"
+    config.write_text(json.dumps({"steps": [s.to_config() for s in steps], "dedup_partitions": 3}))
+    return inputs, config
+
+
+def test_on_shared_storage_every_task_runs_on_the_other_node_and_the_output_is_complete(
+    two_nodes, chat_inputs
+):
+    """With a model step on an actor pool of two, loaded once per actor on the other node."""
+    head, _, shared, _, _ = two_nodes
+    loads = shared / "run1" / "model-loads"
+    loads.mkdir(parents=True)
+    model = StepSpec("tests.support.job_steps:ModelStep", {"marker_dir": str(loads)}, actors=2)
+    steps = [STEPS[0], model, STEPS[1]]
+    inputs, config = write_inputs(chat_inputs, shared / "run1", shared / "run1", steps)
+    out = shared / "run1" / "out"
+    result = preprocess(head, inputs, out, config)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    job = read_outputs(out)
+    assert sorted(p.name.split("-")[0] for p in loads.iterdir()) == ["warmup", "warmup"]
+    reference_steps = [STEPS[0], StepSpec(model.name, {"marker_dir": str(shared / "run1")}), STEPS[1]]
+    reference = reference_outputs(run_in_process([str(inputs)], [build_step(s) for s in reference_steps]))
+    assert job["kept"] == reference["kept"] and job["dropped"] == reference["dropped"]
+    assert ("ModelStep", "mentions_sql") in {(step, reason) for step, reason, _ in job["dropped"]}
+    assert job["stats"]["kept"] + job["stats"]["dropped"] == job["stats"]["rows_read"] > 0
+    assert ": 2 CPUs" in job["stats"]["cluster"]  # the head has none: the other node ran every task
+    assert not list(out.glob(".twinkle-run-*"))
+
+
+def test_inputs_only_the_driver_sees_stop_the_run_naming_the_node(two_nodes, chat_inputs):
+    head, node_id, shared, private, _ = two_nodes
+    inputs, config = write_inputs(chat_inputs, private / "run2", shared)
+    out = shared / "run2-out"
+    result = preprocess(head, inputs, out, config)
+    assert result.returncode == 2, (result.stdout + result.stderr)[-4000:]
+    assert "StorageNotSharedError" in result.stderr
+    assert f"no such file, though the driver listed it on node {node_id[:12]} (" in result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert "a node does not see the run's files as the driver does" in last, result.stdout
+    assert not (out / "stats.json").exists()
+
+
+def test_an_output_folder_only_the_driver_sees_gets_no_file_from_the_other_node(two_nodes, chat_inputs):
+    """Before the check, this run "succeeded": its part files went to the other node's disk and its
+    stats.json to the driver's."""
+    head, node_id, shared, private, view = two_nodes
+    inputs, config = write_inputs(chat_inputs, shared / "run3", shared / "run3")
+    out = private / "run3-out"
+    result = preprocess(head, inputs, out, config)
+    assert result.returncode == 2, (result.stdout + result.stderr)[-4000:]
+    assert "lacks the marker .twinkle-run-" in result.stderr
+    assert f"on node {node_id[:12]} (" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == []  # no stats, no report, the marker removed
+    assert not (view / out.relative_to("/")).exists()  # and nothing on the other node's disk
