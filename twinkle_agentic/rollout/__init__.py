@@ -9,7 +9,7 @@ from twinkle_agentic.lazy import lazy_exports
 _EXPORTS = {
     "Rollout": ".base",
     "STOP_REASONS": ".base",
-    "TraceWriter": ".traces",
+    "TrajectoryTraces": ".traces",
     "MultiTurnRollout": ".multi_turn",
     "AsyncMultiTurnRollout": ".async_multi_turn",
     "FailurePolicy": ".failure_policy",

@@ -41,7 +41,7 @@ from .base import (
     tools_report_done,
     with_call_ids,
 )
-from .traces import TraceWriter, TrajectoryPredicate
+from .traces import TrajectoryPredicate, TrajectoryTraces
 
 DEFAULT_TOOL_WORKERS_MAX = 64
 
@@ -117,7 +117,7 @@ class APIMultiTurnRollout(Rollout):
         self.concurrency = concurrency
         self.extra_body = _check_extra_body(extra_body)
         self.tool_workers = max(4, min(DEFAULT_TOOL_WORKERS_MAX, concurrency)) if tool_workers is None else tool_workers
-        self.traces = TraceWriter.maybe(trace_dir, trace_callback, success_callback)
+        self.traces = TrajectoryTraces.maybe(trace_dir, trace_callback, success_callback)
 
     def __call__(
         self,

@@ -55,7 +55,7 @@ from .base import (
 from .failure_policy import FailurePolicy, OutcomeBook
 from .multi_turn import check_rollout_settings
 from .tool_scheduler import DEFAULT_TOOL_WORKERS, ToolLimit, ToolLimits, ToolScheduler
-from .traces import TraceWriter
+from .traces import TrajectoryTraces
 from .trajectory_state import TrajectoryState
 
 # Exceptions (by class name, anywhere in the MRO) that mean the engine itself is gone.
@@ -203,7 +203,7 @@ class AsyncMultiTurnRollout(Rollout):
         self.parallel_tool_calls = bool(parallel_tool_calls)
         self.failure_policy = FailurePolicy.parse(failure_policy)
         self.verify_tokens = verify_tokens
-        self.tracer = TraceWriter.maybe(trace_dir, trace_callback, success_callback)
+        self.tracer = TrajectoryTraces.maybe(trace_dir, trace_callback, success_callback)
         self.last_stats = AsyncRolloutStats()
         self._loop = _BackgroundLoop()
         self._schedulers: WeakKeyDictionary[asyncio.AbstractEventLoop, ToolScheduler] = WeakKeyDictionary()

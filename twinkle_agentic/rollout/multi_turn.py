@@ -31,7 +31,7 @@ from .base import (
     request_tools,
     resolve_tool_managers,
 )
-from .traces import TraceWriter
+from .traces import TrajectoryTraces
 from .trajectory_state import TrajectoryState, run_tool_calls
 
 
@@ -121,7 +121,7 @@ class MultiTurnRollout(Rollout):
         self.max_trajectory_tokens = max_trajectory_tokens
         self.tool_concurrency = tool_concurrency
         self.verify_tokens = verify_tokens
-        self.tracer = TraceWriter.maybe(trace_dir, trace_callback, success_callback)
+        self.tracer = TrajectoryTraces.maybe(trace_dir, trace_callback, success_callback)
         self.last_stats = RolloutStats()
 
     def __call__(

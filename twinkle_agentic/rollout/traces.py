@@ -9,18 +9,16 @@ instead of overwriting each other.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from twinkle_agentic.data_format import user_data_get
+from twinkle_agentic.traces import TraceWriter
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +87,7 @@ def _ask(callback: TrajectoryPredicate | None, trajectory: Mapping[str, Any], de
         return False
 
 
-class TraceWriter:
+class TrajectoryTraces:
     """Writes one JSON file per finished trajectory into ``trace_dir`` (created at construction)."""
 
     def __init__(
@@ -98,8 +96,8 @@ class TraceWriter:
         trace_callback: TrajectoryPredicate | None = None,
         success_callback: TrajectoryPredicate | None = None,
     ):
-        self.trace_dir = Path(trace_dir)
-        self.trace_dir.mkdir(parents=True, exist_ok=True)
+        self.writer = TraceWriter(trace_dir, indent=2)
+        self.trace_dir = self.writer.trace_dir
         self.trace_callback = trace_callback
         self.success_callback = success_callback
 
@@ -109,7 +107,7 @@ class TraceWriter:
         trace_dir: str | os.PathLike[str] | None,
         trace_callback: TrajectoryPredicate | None = None,
         success_callback: TrajectoryPredicate | None = None,
-    ) -> TraceWriter | None:
+    ) -> TrajectoryTraces | None:
         return None if trace_dir is None else cls(trace_dir, trace_callback, success_callback)
 
     def write(self, trajectories: Sequence[Mapping[str, Any]], global_step: int | None = None) -> list[Path]:
@@ -122,30 +120,13 @@ class TraceWriter:
             success = _ask(self.success_callback, trajectory, False, "success_callback")
             try:
                 name = trace_file_name(trajectory, index, success, global_step, epoch_ms)
-                path = self._free_path(name)
-                self._write_atomic(path, trace_record(trajectory, success))
-                written.append(path)
+                written.append(self.writer.write(trace_record(trajectory, success), _numbered(name)))
             except Exception as exc:  # tracing is best effort; the rollout result matters more
                 logger.debug("trace for trajectory %d not written: %s: %s", index, type(exc).__name__, exc)
         return written
 
-    def _free_path(self, name: str) -> Path:
-        path = self.trace_dir / name
-        stem = name[: -len(".json")]
-        n = 0
-        while path.exists():
-            n += 1
-            path = self.trace_dir / f"{stem}-{n}.json"
-        return path
 
-    def _write_atomic(self, path: Path, record: dict[str, Any]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".tmp", dir=self.trace_dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(record, handle, indent=2, ensure_ascii=False, default=str)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
+def _numbered(name: str) -> Callable[[int], str]:
+    """``name``, then ``<stem>-1.json``, ``<stem>-2.json``...: repeated ids never overwrite each other."""
+    stem = name[: -len(".json")]
+    return lambda n: name if n == 0 else f"{stem}-{n}.json"

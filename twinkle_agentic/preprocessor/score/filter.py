@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...data_format import user_data_set
+from ...traces import TraceWriter
 from ..base import INVALID_ROW, drop
 from ..batch import to_rows
 from .backends import build_backend
@@ -45,7 +46,7 @@ from .contexts import KEY_ROUNDS, build_contexts, key_rounds_of, tokenize_contex
 from .logprob import ChrMinScorer, SIFDScorer, answer_deltas
 from .paraphrase import ParaphraseScorer
 from .pass_n import PassNScorer
-from .traces import TraceWriter
+from .traces import round_trace_names
 from .types import MIN_ANSWER_TOKENS, ScoreContext, ScoreResult, unmeasured
 
 logger = logging.getLogger(__name__)
@@ -374,7 +375,7 @@ class ScoreFilter:
                 "drop_reason": reason,
             }
             if self.traces is not None:
-                self.traces.write(record)
+                self.traces.write(record, round_trace_names(record))
             for callback in (self.trace_callback, self.success_callback if ok else None):
                 if callback is not None:
                     try:

@@ -2,17 +2,16 @@
 
 File names are ``{ok|fail}-{row}-{asst}-{i}-{ms}.json``: only ``[A-Za-z0-9_.-]``, at most 64
 characters (the row id is sanitised and shortened to fit), ``i`` a per-process sequence number and
-``ms`` the wall clock in milliseconds. Files are created exclusively, so concurrent writers (Ray
-actors sharing a directory) never overwrite each other.
+``ms`` the wall clock in milliseconds. ``twinkle_agentic.traces.TraceWriter`` writes them; a name
+already taken (Ray actors sharing a directory) is replaced by a fresh one, never overwritten.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
@@ -28,26 +27,7 @@ def trace_name(passed: bool, row_id: str, asst: int, i: int, ms: int) -> str:
     return head + row + tail
 
 
-class TraceWriter:
-    def __init__(self, trace_dir: str | os.PathLike) -> None:
-        self.trace_dir = os.fspath(trace_dir)
-        os.makedirs(self.trace_dir, exist_ok=True)
-
-    def write(self, record: dict[str, Any]) -> str:
-        """Write one round's record; returns the file path."""
-        data = json.dumps(record, ensure_ascii=False, default=str)
-        while True:
-            name = trace_name(
-                bool(record.get("passed")),
-                str(record.get("row_id")),
-                int(record.get("round", -1)),
-                next(_sequence),
-                int(time.time() * 1000),
-            )
-            path = os.path.join(self.trace_dir, name)
-            try:
-                with open(path, "x", encoding="utf-8") as fh:
-                    fh.write(data)
-                return path
-            except FileExistsError:
-                continue
+def round_trace_names(record: dict[str, Any]) -> Callable[[int], str]:
+    """Candidate file names for one round's record: a fresh sequence number and clock each try."""
+    passed, row_id, asst = bool(record.get("passed")), str(record.get("row_id")), int(record.get("round", -1))
+    return lambda _n: trace_name(passed, row_id, asst, next(_sequence), int(time.time() * 1000))
