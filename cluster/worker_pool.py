@@ -5,7 +5,7 @@ is idle ("lease backlog" prestart, up to ``num_workers_soft_limit`` workers), an
 above that limit after one second. A Ray Data job on a small cluster trips the first rule at every
 shuffle and stage boundary: each run of the preprocess job on a 2-CPU cluster started two to four
 processes that booted (~0.5 CPU s each), ran nothing and were ended again; the tasks ran on the
-workers already there (raylet debug log, docs/bench/preprocess_job.md, session 14).
+workers already there (raylet debug log; figures in docs/bench/preprocess_job.md).
 
 So our clusters set the soft limit to 0, which turns that prestart off (Ray starts at most
 ``min(soft limit, backlog)`` workers for a backlog), and keep an idle worker for
@@ -15,7 +15,7 @@ stage and its next run. A worker whose job ends is still ended at once, whatever
 A command that knows what its tasks import can also name modules for every worker to import before
 it accepts work (Ray's ``preload_python_modules``). Ray prestarts one worker per CPU when the first
 driver connects, and Ray Data's own actors take those workers when a run starts; preloaded, they
-import Ray Data while the driver plans instead of inside the run (session 21's figures in
+import Ray Data while the driver plans instead of inside the run (figures in
 docs/bench/preprocess_job.md). Workers started later import the modules when they boot instead of
 on their first task: the same work, earlier.
 
