@@ -166,3 +166,16 @@ def test_detected_originals_never_appear_in_output(pii_filter, analyzer, eval_re
             if len(value) >= 4 and value in content:
                 leaked.append((record["id"], s.entity, value))
     assert leaked == []
+
+
+def test_documentation_addresses_are_left_as_they_are(pii_filter):
+    """E-mails at RFC 2606 / 6761 domains and IPs in the documentation ranges count as the filter's own
+    replacements, so they stay even when a user wrote them; a real address beside them is rewritten."""
+    reserved = ["jane.doe@example.com", "ops@mail.example.org", "bob@host.test", "192.0.2.15", "2001:db8::7"]
+    text = (
+        f"Write to {reserved[0]} or {reserved[1]} (test box {reserved[2]}); the server is at "
+        f"{reserved[3]}, v6 {reserved[4]}. My own mail is {EMAIL}."
+    )
+    out = pii_filter([{"messages": [{"role": "user", "content": text}]}])[0][0]["messages"][0]["content"]
+    assert all(value in out for value in reserved), out
+    assert EMAIL not in out
