@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twinkle_agentic.data_format import ToolInfo, Trajectory
+from twinkle_agentic.errors import ConfigError
 from twinkle_agentic.tools.tool_manager import ToolManager
 
 from .activity import ActivityRecorder
@@ -29,8 +30,8 @@ TOOLSETS_KEY = "toolsets"
 ENVS_KEY = "envs"
 
 
-class SelectionError(ValueError):
-    """A trajectory names a toolset or environment the catalog does not have."""
+class SelectionError(ConfigError):
+    """A trajectory names a toolset or environment the catalog does not have (its ``toolsets`` or ``envs``)."""
 
 
 class EnvOpenError(RuntimeError):
@@ -165,7 +166,10 @@ class ToolCatalog:
         for kind, names, known in (("toolset", toolsets, self.toolsets), ("environment", envs, self.envs)):
             unknown = [n for n in names if n not in known]
             if unknown:
-                raise SelectionError(f"unknown {kind}(s) {unknown}; this run serves {sorted(known) or 'none'}")
+                raise SelectionError(
+                    f"unknown {kind}(s) {unknown}; this run serves {sorted(known) or 'none'}: fix the prompt's "
+                    f"'{TOOLSETS_KEY if kind == 'toolset' else ENVS_KEY}' or add a server of that name to the config"
+                )
         return toolsets, envs
 
     def manager_for(self, trajectory: Trajectory, recorder: ActivityRecorder) -> TimedToolManager:

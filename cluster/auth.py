@@ -15,13 +15,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from twinkle_agentic.errors import ConfigError
+
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 AUTH_MODES = ("token", "disabled")
 DEFAULT_AUTH_MODE = "token"
 
 
-class ClusterConfigError(ValueError):
+class ClusterConfigError(ConfigError):
     """A cluster setting is invalid; the message says which and how to fix it."""
 
 

@@ -7,13 +7,16 @@ uvicorn) without a cluster.
 from __future__ import annotations
 
 import hmac
-import importlib
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from twinkle_agentic.checks import check_positive
+from twinkle_agentic.errors import ConfigError
+from twinkle_agentic.loading import load_object as _load_object
 
-class DeploymentConfigError(ValueError):
+
+class DeploymentConfigError(ConfigError):
     """A Serve app's ``args`` or ``user_config`` is wrong; the message says which key and why."""
 
 
@@ -29,33 +32,12 @@ def check_keys(where: str, given: Mapping[str, Any], allowed: Iterable[str]) -> 
 
 def positive_number(where: str, value: Any, *, allow_none: bool = False, integer: bool = False) -> Any:
     """``value`` if it is a positive number (an int when ``integer``), else a DeploymentConfigError."""
-    if value is None and allow_none:
-        return None
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
-        kind = "a positive integer" if integer else "a positive number"
-        none = " or null" if allow_none else ""
-        raise DeploymentConfigError(f"{where} must be {kind}{none}, got {value!r}")
-    return value
+    return check_positive(where, value, integer=integer, allow_none=allow_none, error=DeploymentConfigError)
 
 
 def load_object(import_path: str) -> Any:
     """Import ``"package.module:attribute"`` (the attribute may be dotted: ``"mod:Outer.Inner"``)."""
-    if not isinstance(import_path, str) or ":" not in import_path:
-        raise DeploymentConfigError(
-            f"import path must look like 'package.module:Name', got {import_path!r}"
-        )
-    module_name, _, attribute = import_path.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise DeploymentConfigError(f"cannot import module {module_name!r} of {import_path!r}: {exc}") from exc
-    for part in attribute.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise DeploymentConfigError(f"module {module_name!r} has no attribute {attribute!r}") from None
-    return obj
+    return _load_object(import_path, what="import path", error=DeploymentConfigError)
 
 
 def resolve_token(token: str | None, token_env: str | None) -> str | None:

@@ -29,12 +29,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConfigError
 from .base import ERROR, STOP, STOP_REASONS
 
 ON_FAILURE = ("keep", "drop", "replace")
 
 
-class FailurePolicyError(ValueError):
+class FailurePolicyError(ConfigError):
     """A failure policy setting is invalid; the message names it and the allowed values."""
 
 

@@ -31,11 +31,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConfigError
+
 DEFAULT_TOOL_TIMEOUT_S = 60.0  # as a RemoteTool's HTTP timeout: a hung tool costs a minute, not the batch
 DEFAULT_TOOL_WORKERS = 32
 
 
-class ToolLimitError(ValueError):
+class ToolLimitError(ConfigError):
     """A ``tool_limits`` entry is malformed; the message names the tool and the setting."""
 
 
