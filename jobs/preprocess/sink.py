@@ -21,6 +21,7 @@ from typing import Any
 
 from ray.data.datasource import Datasink
 
+from twinkle_agentic.preprocessor.dropped_log import LEDGER_KEYS
 from twinkle_agentic.preprocessor.stats import StepStats
 
 from .frame import DKEY, DROPPED, KIND, LEDGER, LINE, LIVE, REASON, ROW, SRC, STATS, STEP, FrameBuilder
@@ -114,28 +115,31 @@ def _concat(*parts: Any) -> Any:
     return pc.binary_join_element_wise(*(binary(p) for p in parts), binary(b""))
 
 
+# The text before each value of a ledger line: b'{"step": ', b', "reason": ', ... (json.dumps spacing).
+_LEDGER_PREFIXES = tuple((b", " if i else b"{") + _literal(key) + b": " for i, key in enumerate(LEDGER_KEYS))
+
+
 def ledger_lines(dropped: Any, source_literals: Any) -> Any:
-    """One line per row of ``dropped`` (frame rows), built column-wise in Arrow:
-    ``{"step", "reason", "source", "line", "row"}`` with the row's JSON embedded as is.
+    """One line per row of ``dropped`` (frame rows), built column-wise in Arrow: the drop-ledger
+    record of ``twinkle_agentic.preprocessor.dropped_log`` (``LEDGER_KEYS``), byte for byte what
+    ``json.dumps`` writes, with the row's JSON embedded as is.
 
     ``source_literals`` holds the JSON literal of each input file's URI, indexed by ``_src``.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    return _concat(
-        b'{"step": ',
-        _json_literals(dropped.column(STEP)),
-        b', "reason": ',
-        _json_literals(dropped.column(REASON)),
-        b', "source": ',
-        source_literals.take(dropped.column(SRC)),
-        b', "line": ',
-        pc.cast(dropped.column(LINE), pa.string()),
-        b', "row": ',
-        dropped.column(ROW),
-        b"}\n",
-    )
+    values = {
+        "step": _json_literals(dropped.column(STEP)),
+        "reason": _json_literals(dropped.column(REASON)),
+        "source": source_literals.take(dropped.column(SRC)),
+        "line": pc.cast(dropped.column(LINE), pa.string()),
+        "row": dropped.column(ROW),
+    }
+    parts: list[Any] = []
+    for prefix, key in zip(_LEDGER_PREFIXES, LEDGER_KEYS, strict=True):
+        parts += [prefix, values[key]]
+    return _concat(*parts, b"}\n")
 
 
 def text_buffers(lines: Any) -> list:

@@ -158,6 +158,9 @@ def test_dropped_log_lines(tmp_path):
     assert [(x["step"], x["reason"], x["row"]["id"]) for x in lines] == [("HardFilter", "trivial_single_turn", 2), ("HardFilter", "no_user", 3)]
     assert "drop_reason" not in lines[0]["row"]
     assert lines[1]["row"]["when"] == "2024-01-01"  # default=str
+    # the job's ledger record; the origin of rows handed in as a batch is unknown here
+    assert all(list(x) == ["step", "reason", "source", "line", "row"] for x in lines)
+    assert all(x["source"] is None and x["line"] is None for x in lines)
 
 
 def test_log_is_never_deleted_implicitly(tmp_path):

@@ -1,4 +1,11 @@
-"""The dropped-row log: one JSON line ``{"step", "reason", "row"}`` per dropped row.
+"""The drop ledger: one JSON line ``{"step", "reason", "source", "line", "row"}`` per dropped row.
+
+The one record every drop ledger holds, written by ``QualityPreprocessor(dropped_log_path=...)``
+through :class:`DroppedLog` and by the preprocess job (column-wise in Arrow, from the same
+``LEDGER_KEYS``). ``row`` is the row as the step saw it, without ``drop_reason``. ``source`` and
+``line`` say where the row was read: the input's URI and its 1-based line (JSON Lines), row
+(Parquet) or array element (JSON). The job always knows them; ``QualityPreprocessor`` is handed rows,
+not files, so its lines carry ``null`` for both.
 
 Many writers share one file (HF ``num_proc`` workers, Ray tasks, threads), so each call serialises
 all of its lines first and appends them with a single ``write()`` on an ``O_APPEND`` descriptor while
@@ -19,15 +26,27 @@ from typing import Any
 
 REASON_KEY = "drop_reason"
 UNKNOWN_REASON = "unknown"
+# The keys of a ledger line, in the order they are written.
+LEDGER_KEYS = ("step", "reason", "source", "line", "row")
 
 
-def _line(step: str, row: Any) -> str:
+def ledger_record(
+    step: str, reason: str, row: Any, source: str | None = None, line: int | None = None
+) -> dict[str, Any]:
+    """One ledger record, keys in ``LEDGER_KEYS`` order."""
+    return {"step": step, "reason": reason, "source": source, "line": line, "row": row}
+
+
+def ledger_line(step: str, row: Any, source: str | None = None, line: int | None = None) -> str:
+    """The ledger line (no newline) of ``row`` dropped by ``step``; its reason is the row's
+    ``drop_reason`` (``unknown`` when missing), and ``row`` is written without it."""
     if isinstance(row, dict):
         reason = row.get(REASON_KEY)
         body = {k: v for k, v in row.items() if k != REASON_KEY}
     else:
         reason, body = None, row
-    record = {"step": step, "reason": reason if isinstance(reason, str) else UNKNOWN_REASON, "row": body}
+    reason = reason if isinstance(reason, str) else UNKNOWN_REASON
+    record = ledger_record(step, reason, body, source, line)
     try:
         return json.dumps(record, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
@@ -37,8 +56,8 @@ def _line(step: str, row: Any) -> str:
 
 
 def format_lines(step: str, rows: Iterable[Any]) -> str:
-    """The log lines for ``rows`` dropped by ``step``, newline-terminated."""
-    return "".join(_line(step, row) + "\n" for row in rows)
+    """The ledger lines for ``rows`` dropped by ``step`` (origin unknown), newline-terminated."""
+    return "".join(ledger_line(step, row) + "\n" for row in rows)
 
 
 def append_locked(path: str, data: str | bytes) -> None:

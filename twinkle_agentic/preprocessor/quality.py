@@ -50,7 +50,9 @@ class QualityPreprocessor:
 
     Args:
         pipeline: callables (filters, mappers or plain functions) run in order.
-        dropped_log_path: optional JSONL file receiving ``{"step", "reason", "row"}`` per dropped row.
+        dropped_log_path: optional JSONL drop ledger: ``{"step", "reason", "source", "line", "row"}``
+            per dropped row, the preprocess job's record; ``source`` and ``line`` are null here
+            (the steps are handed rows, not files).
         shard_log: write ``<path>.<pid>`` per process instead (merge with ``merge_log_shards``).
         overwrite_log: truncate the log once, now; otherwise it is only ever appended to.
 

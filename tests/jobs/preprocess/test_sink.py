@@ -28,6 +28,7 @@ from twinkle_agentic.jobs.preprocess.sink import (
     text_buffers,
 )
 
+from twinkle_agentic.preprocessor.dropped_log import LEDGER_KEYS, REASON_KEY, ledger_line
 from twinkle_agentic.preprocessor.stats import StepStats
 
 SOURCES = ["/data/a.jsonl", '/data/we"ird ü.jsonl']
@@ -69,6 +70,21 @@ def test_ledger_lines_match_one_json_dumps_per_field():
     assert text == expected
     for line in text.splitlines():
         json.loads(line)
+
+
+def test_the_job_and_quality_preprocessor_write_one_ledger_record():
+    """The job's Arrow-built line is the line DroppedLog writes for the same drop, origin included."""
+    dropped = frame([r for r in ROWS if r[2] == DROPPED])
+    sources = pa.array([json.dumps(s, ensure_ascii=False).encode() for s in SOURCES], pa.large_binary())
+    job_lines = b"".join(bytes(b) for b in text_buffers(ledger_lines(dropped, sources))).decode().splitlines()
+    library_lines = [
+        ledger_line(step, {**json.loads(row), REASON_KEY: reason} if row.startswith("{") else json.loads(row),
+                    SOURCES[src], line)
+        for src, line, _, step, reason, row in ROWS
+        if step and row.startswith("{")
+    ]
+    assert [line for line in job_lines if '"row": {' in line] == library_lines
+    assert list(json.loads(job_lines[0])) == list(LEDGER_KEYS)
 
 
 def test_text_buffers_of_sliced_and_chunked_arrays():
