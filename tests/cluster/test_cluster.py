@@ -69,6 +69,7 @@ def test_child_environment_is_consistent(monkeypatch):
     assert os.path.dirname(sys.executable) in env["PATH"].split(os.pathsep)
 
 
+@pytest.mark.integration  # starts a Ray cluster
 def test_embedded_cluster_via_cli():
     """``twinkle-agentic cluster info`` with no address starts an embedded cluster sized to the machine."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -96,6 +97,7 @@ def head():
     assert h.process is None and live_members(pgid) == []
 
 
+@pytest.mark.integration  # starts a Ray cluster
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_cluster_head_cli_stops_its_cluster_on_a_signal(stop_signal):
     """``twinkle-agentic cluster head`` started by a script (in the background, SIGINT ignored as
@@ -145,6 +147,7 @@ JOB = textwrap.dedent(
 )
 
 
+@pytest.mark.integration  # starts a Ray cluster
 def test_ray_job_submit_cli_against_local_head(head, tmp_path):
     (tmp_path / "job.py").write_text(JOB)
     out = subprocess.run(
@@ -157,6 +160,7 @@ def test_ray_job_submit_cli_against_local_head(head, tmp_path):
     assert "succeeded" in out.stdout
 
 
+@pytest.mark.integration  # starts a Ray cluster
 def test_cluster_submit_helper(head, tmp_path):
     (tmp_path / "job.py").write_text(JOB)
     out = subprocess.run(
@@ -168,6 +172,7 @@ def test_cluster_submit_helper(head, tmp_path):
     assert "JOB-RESULT 42 2.0" in out.stdout and ": SUCCEEDED" in out.stdout
 
 
+@pytest.mark.integration  # starts a Ray cluster
 def test_failed_job_exits_non_zero(head, tmp_path):
     (tmp_path / "job.py").write_text("raise SystemExit(3)\n")
     out = subprocess.run(
