@@ -37,15 +37,18 @@ def resolve_address(address: str | None = None) -> str | None:
     return value or None
 
 
-def local_cluster_size() -> dict[str, Any]:
-    """Size an embedded cluster to this machine: every CPU; GPUs as Ray detects them."""
-    return {"num_cpus": os.cpu_count() or 1}
+def local_cluster_size(min_cpus: int = 0) -> dict[str, Any]:
+    """Size an embedded cluster to this machine: every CPU, and at least ``min_cpus`` logical CPUs
+    (what a job's actors reserve; logical CPUs are a scheduling budget, so more than the cores is
+    fine); GPUs as Ray detects them."""
+    return {"num_cpus": max(os.cpu_count() or 1, min_cpus)}
 
 
 def connect(
     address: str | None = None,
     *,
     num_cpus: int | None = None,
+    min_cpus: int = 0,
     num_gpus: int | None = None,
     object_store_memory: int | None = None,
     runtime_env: dict[str, Any] | None = None,
@@ -60,7 +63,8 @@ def connect(
     Reuses an existing connection in this process. ``num_cpus``/``num_gpus``/``object_store_memory``,
     ``include_dashboard`` and ``preload_modules`` (modules every worker imports before it accepts
     work, see cluster.worker_pool) only apply to an embedded cluster: a running cluster's workers
-    are configured where it was started.
+    are configured where it was started. ``min_cpus`` sizes an embedded cluster without a
+    ``num_cpus`` to at least that many logical CPUs (a job passes what its actors reserve).
     """
     import ray
 
@@ -71,7 +75,7 @@ def connect(
         return describe(ray.get_runtime_context(), embedded=_started_embedded, auth_mode=mode)
     kwargs: dict[str, Any] = {"namespace": namespace, "runtime_env": runtime_env, "log_to_driver": log_to_driver}
     if target is None:
-        size = local_cluster_size()
+        size = local_cluster_size(min_cpus)
         overrides = {
             "num_cpus": num_cpus,
             "num_gpus": num_gpus,

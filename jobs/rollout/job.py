@@ -3,7 +3,8 @@
 ::
 
     prompts file --check, ids--> trajectories to run (minus those already in the journal)
-      -> connect to Ray (address, RAY_ADDRESS, or an embedded cluster)
+      -> connect to Ray (address, RAY_ADDRESS, or an embedded cluster sized to the plan)
+      -> check the cluster can hold the plan's engines and Serve replicas (capacity.py)
       -> deploy tool servers and env servers on Serve; list their tools
       -> RolloutFarm: N workers, one engine each; batches streamed back as they finish
       -> each batch appended to trajectories.jsonl and fsynced; progress bar
@@ -21,6 +22,7 @@ from typing import Any
 
 from twinkle_agentic.actors.catalog import ENVS_KEY, TOOLSETS_KEY
 
+from .capacity import Demand, check_schedulable, cluster_capacity, plan_demand
 from .config import ConfigError, RolloutJobConfig
 from .journal import Journal
 from .prompts import load_prompts, to_trajectories
@@ -46,11 +48,23 @@ def plan(cfg: RolloutJobConfig) -> list[dict[str, Any]]:
     return trajectories
 
 
-def connect(cfg: RolloutJobConfig) -> Any:
+def demand(cfg: RolloutJobConfig) -> Demand:
+    """The resources the plan's actors reserve at start: the engines' workers and the Serve replicas."""
+    from twinkle_agentic.actors.worker import RolloutWorker
+
+    return plan_demand(cfg, RolloutWorker.ray_options(cfg.engine_config()))
+
+
+def connect(cfg: RolloutJobConfig, needs: Demand) -> Any:
+    """Connect to the cluster; an embedded one gets at least the logical CPUs the plan reserves."""
     from twinkle_agentic.cluster import connect as cluster_connect
 
     return cluster_connect(
-        cfg.address, num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=cfg.worker_logs
+        cfg.address,
+        num_cpus=cfg.num_cpus,
+        min_cpus=needs.cpus(),
+        include_dashboard=False,
+        log_to_driver=cfg.worker_logs,
     )
 
 
@@ -68,7 +82,9 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
     startup_s = rollout_s = 0.0
     try:
         if todo:
-            info = connect(cfg)
+            needs = demand(cfg)
+            info = connect(cfg, needs)
+            check_schedulable(cfg, needs, cluster_capacity(), info.embedded)  # seconds, not a timeout later
             from twinkle_agentic.actors.driver import RolloutFarm
 
             from .services import deploy
