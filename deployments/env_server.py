@@ -46,6 +46,7 @@ from ray import serve
 from starlette.websockets import WebSocketDisconnect
 
 from twinkle_agentic.envs.base import Env
+from twinkle_agentic.envs.openenv_types import WSErrorCode
 
 from .common import (
     DeploymentConfigError,
@@ -61,7 +62,6 @@ from .openenv_protocol import (
     EnvSession,
     FactoryError,
     SessionTimeout,
-    WSErrorCode,
     encode_frame,
     error_frame,
     schemas,

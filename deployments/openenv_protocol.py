@@ -1,4 +1,6 @@
-"""OpenEnv's WebSocket protocol (SPEC 16.1) spoken over a twinkle ``Env``: frames, error codes, sessions.
+"""OpenEnv's WebSocket protocol (SPEC 16.1) spoken over a twinkle ``Env``: sessions, and the frames a
+server sends. The frame models, error codes and reward rule are declared once, for the server and
+the client alike, in :mod:`twinkle_agentic.envs.openenv_types`.
 
 One ``EnvSession`` is one WebSocket connection: one ``Env`` instance, one episode at a time, driven
 on one dedicated thread (sync envs keep thread affinity, and a slow env never blocks the event loop).
@@ -27,103 +29,38 @@ import asyncio
 import concurrent.futures
 import inspect
 import json
-import math
 import uuid
 from collections.abc import Callable
-from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from twinkle_agentic.envs.base import Env
-
-
-class WSErrorCode(StrEnum):
-    INVALID_JSON = "INVALID_JSON"
-    UNKNOWN_TYPE = "UNKNOWN_TYPE"
-    VALIDATION_ERROR = "VALIDATION_ERROR"
-    EXECUTION_ERROR = "EXECUTION_ERROR"
-    CAPACITY_REACHED = "CAPACITY_REACHED"
-    FACTORY_ERROR = "FACTORY_ERROR"
-    SESSION_ERROR = "SESSION_ERROR"
-
-
-# -- wire models (extra fields forbidden, as in openenv) -------------------------------------------
-
-
-class _Frame(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ResetFrame(_Frame):
-    type: Literal["reset"]
-    data: dict[str, Any] = Field(default_factory=dict)
-
-
-class StepFrame(_Frame):
-    type: Literal["step"]
-    data: dict[str, Any]
-
-
-class StateFrame(_Frame):
-    type: Literal["state"]
-
-
-class CloseFrame(_Frame):
-    type: Literal["close"]
-
-
-class StepAction(_Frame):
-    """The ``data`` of a step frame: one tool action for ``Env.step``."""
-
-    type: Literal["call_tool"] | None = Field(default=None, description="openenv MCP discriminator; optional")
-    tool_name: str = Field(min_length=1, description="Passed to Env.step as tool_name")
-    arguments: dict[str, Any] = Field(default_factory=dict, description="Passed to Env.step as arguments")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Accepted from openenv clients; unused")
-
-
-class ListToolsAction(_Frame):
-    type: Literal["list_tools"]
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-class ObservationData(BaseModel):
-    result: str = Field(description="str(StepResult.observation)")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="StepResult.info")
-
-
-class SessionState(BaseModel):
-    episode_id: str | None = None
-    step_count: int = Field(default=0, ge=0)
-    episode_reward: float = 0.0
-    done: bool = False
-
-
-FRAME_MODELS: dict[str, type[_Frame]] = {
-    "reset": ResetFrame,
-    "step": StepFrame,
-    "state": StateFrame,
-    "close": CloseFrame,
-}
+from twinkle_agentic.envs.openenv_types import (
+    FRAME_MODELS,
+    CloseFrame,
+    ErrorData,
+    FrameType,
+    ListToolsAction,
+    ObservationData,
+    ResetFrame,
+    SessionState,
+    StateFrame,
+    StepAction,
+    WSErrorCode,
+    wire_reward,
+)
 
 
 def error_frame(code: WSErrorCode, message: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "error", "data": {"message": message, "code": code.value, **extra}}
+    """An error frame; ``extra`` keys (``errors``, ``factory_name``) travel beside message and code."""
+    data = ErrorData(message=message, code=code, **extra).model_dump(mode="json")
+    return {"type": FrameType.ERROR.value, "data": data}
 
 
 def encode_frame(frame: dict[str, Any]) -> str:
     """JSON text of a frame; values JSON cannot carry (in an env's ``info``) become their ``str``."""
     return json.dumps(frame, default=str)
-
-
-def _wire_reward(reward: Any) -> float | None:
-    if reward is None:
-        return None
-    try:
-        value = float(reward)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def observation_frame(result: Any) -> dict[str, Any]:
@@ -132,12 +69,12 @@ def observation_frame(result: Any) -> dict[str, Any]:
     metadata = info if isinstance(info, dict) else {"info": info}
     data: dict[str, Any] = {
         "observation": {"result": str(result.observation), "metadata": metadata},
-        "reward": _wire_reward(getattr(result, "reward", None)),
+        "reward": wire_reward(getattr(result, "reward", None)),
         "done": bool(getattr(result, "done", False)),
     }
     if metadata:
         data["metadata"] = metadata
-    return {"type": "observation", "data": data}
+    return {"type": FrameType.OBSERVATION.value, "data": data}
 
 
 def schemas() -> dict[str, Any]:
@@ -226,7 +163,7 @@ class EnvSession:
             if isinstance(message, CloseFrame):
                 return None, True
             if isinstance(message, StateFrame):
-                return {"type": "state", "data": self.state.model_dump()}, False
+                return {"type": FrameType.STATE.value, "data": self.state.model_dump()}, False
             if isinstance(message, ResetFrame):
                 return await self._reset(message.data), False
             return await self._step(message.data), False
@@ -254,7 +191,7 @@ class EnvSession:
             ListToolsAction.model_validate(data)
             tools = await self._run(self.env.tools)
             return {
-                "type": "observation",
+                "type": FrameType.OBSERVATION.value,
                 "data": {"observation": {"tools": tools, "metadata": {}}, "reward": None, "done": False},
             }
         action = StepAction.model_validate(data)

@@ -7,11 +7,11 @@ import math
 import pytest
 
 from twinkle_agentic.envs.openenv import OpenEnv, default_action_mapper, mcp_action_mapper
+from twinkle_agentic.envs.openenv_types import wire_reward
 from twinkle_agentic.envs.openenv_wire import (
     OpenEnvClientTransport,
     WireError,
     check_reply,
-    coerce_reward,
     parse_observation_frame,
     render_text,
     ws_url,
@@ -56,10 +56,12 @@ def test_render_text(observation, text):
     assert render_text(observation) == text
 
 
-@pytest.mark.parametrize("value, reward", [(None, 0.0), (True, 1.0), (False, 0.0), (3, 3.0), (0.5, 0.5),
-                                           (math.inf, 0.0), (math.nan, 0.0), ("1", 0.0)])
-def test_coerce_reward(value, reward):
-    assert coerce_reward(value) == reward
+@pytest.mark.parametrize("value, reward", [(None, None), (True, 1.0), (False, 0.0), (3, 3.0), (0.5, 0.5),
+                                           (math.inf, None), (-math.inf, None), (math.nan, None), ("1", None),
+                                           ([1], None)])
+def test_a_reward_that_is_not_a_finite_number_is_none(value, reward):
+    assert wire_reward(value) == reward
+    assert parse_observation_frame({"observation": "x", "reward": value}).reward == reward
 
 
 @pytest.mark.parametrize("base, url", [("http://h:8000", "ws://h:8000/ws"), ("https://h/", "wss://h/ws"),

@@ -14,7 +14,7 @@ class StepResult:
     """What one ``reset`` or ``step`` returns."""
 
     observation: str = ""
-    reward: float = 0.0
+    reward: float | None = 0.0  # None: no reward for this step (e.g. a remote env's null or non-finite one)
     done: bool = False
     info: dict[str, Any] = field(default_factory=dict)
 

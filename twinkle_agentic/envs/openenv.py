@@ -19,15 +19,8 @@ from twinkle_agentic.data_format import ToolInfo, Trajectory
 from twinkle_agentic.retry import RetryPolicy
 
 from .base import Env, StepResult
-from .openenv_wire import (
-    CAPACITY_REACHED,
-    CLIENT_ERROR,
-    CONNECTION_LOST,
-    OpenEnvClientTransport,
-    WireClient,
-    WireError,
-    parse_observation_frame,
-)
+from .openenv_types import ClientErrorCode, FrameType, WSErrorCode
+from .openenv_wire import OpenEnvClientTransport, WireClient, WireError, parse_observation_frame
 
 ActionMapper = Callable[[str, dict[str, Any]], Any]
 WIRE_CLIENT_OPTIONS = frozenset({"connect_timeout_s", "message_timeout_s", "max_message_size_mb", "headers"})
@@ -72,7 +65,9 @@ class OpenEnv(Env):
     ``{'tool_name', 'arguments'}``; ``mcp_action_mapper`` for MCP servers; ``lambda n, a: a`` for
     servers whose action is the arguments themselves). ``reset_kwargs`` are sent with every reset
     (e.g. ``{'seed': 1}``). ``CAPACITY_REACHED`` and failed connections are retried up to
-    ``retry_attempts`` times, waiting ``min(retry_max_s, retry_base_s * 2**k)`` +-20%.
+    ``retry_attempts`` times, waiting ``min(retry_max_s, retry_base_s * 2**k)`` +-20%. A step whose
+    reward is null or not a finite number returns ``reward=None`` and adds nothing to
+    ``episode_reward``.
     """
 
     def __init__(
@@ -146,7 +141,7 @@ class OpenEnv(Env):
             self.episode_reward = 0.0
             if self._transport is not None and not self._transport.connected:
                 self._transport = None
-            frame = {"type": "reset", "data": dict(self.reset_kwargs)}
+            frame = {"type": FrameType.RESET, "data": dict(self.reset_kwargs)}
             return self._exchange(frame, may_open=True)
 
     def step(self, tool_name: str, arguments: dict[str, Any]) -> StepResult:
@@ -154,10 +149,10 @@ class OpenEnv(Env):
             try:
                 action = self.action_mapper(tool_name, dict(arguments or {}))
             except Exception as exc:
-                return self._failure(WireError("ACTION_MAPPER_ERROR", f"{type(exc).__name__}: {exc}"))
+                return self._failure(WireError(ClientErrorCode.ACTION_MAPPER_ERROR, f"{type(exc).__name__}: {exc}"))
             if hasattr(action, "model_dump") and self.env_cls is None:
                 action = action.model_dump()
-            frame = {"type": "step", "data": action}
+            frame = {"type": FrameType.STEP, "data": action}
             return self._exchange(frame, may_open=not self._session_started)
 
     def tools(self) -> list[ToolInfo]:
@@ -178,7 +173,7 @@ class OpenEnv(Env):
             if error is None:
                 break
             # capacity and connection failures happen before the session holds any state: retry
-            if error.retryable and (opened_now or error.code != CAPACITY_REACHED) and attempt < self.retry_attempts:
+            if error.retryable and (opened_now or error.code != WSErrorCode.CAPACITY_REACHED) and attempt < self.retry_attempts:
                 self._transport = None
                 time.sleep(self._backoff.delay_s(attempt))
                 continue
@@ -187,7 +182,8 @@ class OpenEnv(Env):
             parsed = parse_observation_frame(data)
         except WireError as error:
             return self._failure(error)
-        self.episode_reward += parsed.reward
+        if parsed.reward is not None:  # no reward (null, non-finite on the server) adds nothing
+            self.episode_reward += parsed.reward
         info = {"episode_reward": self.episode_reward, "metadata": parsed.metadata, "raw_result": parsed.raw}
         return StepResult(parsed.text, parsed.reward, parsed.done, info)
 
@@ -197,7 +193,7 @@ class OpenEnv(Env):
         try:
             if self._transport is None or not self._transport.connected:
                 if not may_open:
-                    raise WireError(CONNECTION_LOST, "the session was lost mid-episode; call reset() to start a new one")
+                    raise WireError(ClientErrorCode.CONNECTION_LOST, "the session was lost mid-episode; call reset() to start a new one")
                 self._transport = self._transport or self._new_transport()
                 self._transport.connect()
                 opened_now = True
@@ -208,7 +204,7 @@ class OpenEnv(Env):
         except Exception as exc:  # e.g. an action that is not JSON: never raise out of reset/step
             if self._transport is not None:
                 self._transport.drop()
-            return None, WireError(CLIENT_ERROR, f"{type(exc).__name__}: {exc}"), opened_now
+            return None, WireError(ClientErrorCode.CLIENT_ERROR, f"{type(exc).__name__}: {exc}"), opened_now
 
     def _failure(self, error: WireError) -> StepResult:
         info = {"error": error.message, "error_code": error.code, "episode_reward": self.episode_reward}

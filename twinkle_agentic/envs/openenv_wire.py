@@ -1,8 +1,10 @@
-"""The OpenEnv WebSocket wire format (SPEC 16.1) and two transports speaking it.
+"""The client side of the OpenEnv WebSocket wire format (SPEC 16.1): two transports speaking it.
 
-``parse_observation_frame`` reads a server ``observation`` frame of openenv-core 0.3 or openenv
-0.10 into one shape (metadata normalised, text rendered, reward coerced), so the adapter behaves
-the same against either server. ``WireClient`` is the project's own blocking client (``websockets``
+The format itself (frame types, error codes, the reward rule) is declared once, for server and
+client, in :mod:`.openenv_types`. ``parse_observation_frame`` reads a server ``observation`` frame of
+openenv-core 0.3 or openenv 0.10 into one shape (metadata normalised, text rendered, a reward that
+is not a finite number read as None, as the server sends it), so the adapter behaves the same
+against either server. ``WireClient`` is the project's own blocking client (``websockets``
 sync API: no event loop, no openenv import); ``OpenEnvClientTransport`` drives an openenv
 ``EnvClient`` subclass through its ``.sync()`` wrapper and turns its errors back into codes.
 """
@@ -11,21 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# Error codes of the wire protocol, plus the transport-side ones this module reports.
-CAPACITY_REACHED = "CAPACITY_REACHED"
-CONNECTION_FAILED = "CONNECTION_FAILED"  # could not open the socket (refused, handshake timeout, 5xx)
-CONNECTION_LOST = "CONNECTION_LOST"  # the socket closed mid-episode
-TIMEOUT = "TIMEOUT"  # no reply within message_timeout_s
-PROTOCOL_ERROR = "PROTOCOL_ERROR"  # a reply that is not a frame we understand
-CLIENT_ERROR = "CLIENT_ERROR"  # the request could not be built or sent (e.g. an action that is not JSON)
-SOCKET_CLOSING_CODES = frozenset({CAPACITY_REACHED, "FACTORY_ERROR", "SESSION_ERROR"})
-RETRYABLE_CODES = frozenset({CAPACITY_REACHED, CONNECTION_FAILED})
+from .openenv_types import RETRYABLE_CODES, SOCKET_CLOSING_CODES, ClientErrorCode, FrameType, wire_reward
 
 TEXT_KEYS = ("result", "output", "content", "text", "message", "echoed_message")
 RUNTIME_ERROR_PATTERN = re.compile(r"Server error: (?P<message>.*) \(code: (?P<code>[A-Z_]+)\)\s*$", re.S)
@@ -36,7 +29,7 @@ class WireError(Exception):
 
     def __init__(self, code: str, message: str, data: Mapping[str, Any] | None = None):
         super().__init__(f"{message} (code: {code})")
-        self.code = code
+        self.code = str(code)  # a plain string in info['error_code'], whichever enum named it
         self.message = message
         self.data = dict(data or {})
 
@@ -48,21 +41,10 @@ class WireError(Exception):
 @dataclass
 class ParsedObservation:
     text: str
-    reward: float
+    reward: float | None  # None: the server gave no finite reward (see ``wire_reward``)
     done: bool
     metadata: dict[str, Any]
     raw: dict[str, Any]
-
-
-def coerce_reward(value: Any) -> float:
-    """None -> 0.0, bool/int -> float, non-finite or non-numeric -> 0.0."""
-    if value is None or isinstance(value, (str, bytes)):
-        return 0.0
-    try:
-        reward = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return reward if math.isfinite(reward) else 0.0
 
 
 def _content_text(items: list[Any]) -> str:
@@ -101,14 +83,14 @@ def render_text(value: Any) -> str:
 def parse_observation_frame(data: Mapping[str, Any]) -> ParsedObservation:
     """``data`` of an ``observation`` frame -> text, reward, done, metadata (both wire versions)."""
     if not isinstance(data, Mapping):
-        raise WireError(PROTOCOL_ERROR, f"observation frame data is {type(data).__name__}, expected an object")
+        raise WireError(ClientErrorCode.PROTOCOL_ERROR, f"observation frame data is {type(data).__name__}, expected an object")
     observation = data.get("observation")
     observation = dict(observation) if isinstance(observation, Mapping) else observation
     nested = observation.pop("metadata", None) if isinstance(observation, dict) else None
     metadata = data.get("metadata") or nested or {}
     return ParsedObservation(
         text=render_text(observation if observation is not None else ""),
-        reward=coerce_reward(data.get("reward")),
+        reward=wire_reward(data.get("reward")),
         done=bool(data.get("done", False)),
         metadata=dict(metadata) if isinstance(metadata, Mapping) else {"value": metadata},
         raw=dict(data),
@@ -157,15 +139,15 @@ class WireClient:
             self._ws = connect(self.url, open_timeout=self.connect_timeout_s, max_size=self.max_size,
                                additional_headers=self.headers or None, compression=None).__enter__()
         except InvalidURI as exc:
-            raise WireError(PROTOCOL_ERROR, f"invalid OpenEnv URL {self.url!r}: {exc}") from exc
+            raise WireError(ClientErrorCode.PROTOCOL_ERROR, f"invalid OpenEnv URL {self.url!r}: {exc}") from exc
         except (OSError, TimeoutError, InvalidHandshake) as exc:
-            raise WireError(CONNECTION_FAILED, f"cannot connect to {self.url}: {type(exc).__name__}: {exc}") from exc
+            raise WireError(ClientErrorCode.CONNECTION_FAILED, f"cannot connect to {self.url}: {type(exc).__name__}: {exc}") from exc
 
     def request(self, frame: Mapping[str, Any]) -> dict[str, Any]:
         from websockets.exceptions import ConnectionClosed
 
         if self._ws is None:
-            raise WireError(CONNECTION_LOST, "not connected")
+            raise WireError(ClientErrorCode.CONNECTION_LOST, "not connected")
         fresh = self._replies == 0
         try:
             # the server may have answered and closed before our first frame (CAPACITY_REACHED is
@@ -175,17 +157,17 @@ class WireClient:
             raw = self._ws.recv(timeout=self.message_timeout_s)
         except TimeoutError as exc:
             self.drop()  # a late reply would be read as the answer to the next frame
-            raise WireError(TIMEOUT, f"no reply from {self.url} within {self.message_timeout_s:g}s") from exc
+            raise WireError(ClientErrorCode.TIMEOUT, f"no reply from {self.url} within {self.message_timeout_s:g}s") from exc
         except (ConnectionClosed, OSError) as exc:
             self.drop()
             # closed before any reply on a new session: the server refused it, nothing was lost
-            code = CONNECTION_FAILED if fresh else CONNECTION_LOST
+            code = ClientErrorCode.CONNECTION_FAILED if fresh else ClientErrorCode.CONNECTION_LOST
             raise WireError(code, f"connection to {self.url} closed: {exc}") from exc
         self._replies += 1
         try:
             reply = json.loads(raw)
         except ValueError as exc:
-            raise WireError(PROTOCOL_ERROR, f"reply is not JSON: {raw[:200]!r}") from exc
+            raise WireError(ClientErrorCode.PROTOCOL_ERROR, f"reply is not JSON: {raw[:200]!r}") from exc
         return check_reply(reply, self)
 
     def close(self) -> None:
@@ -193,7 +175,7 @@ class WireClient:
         if ws is None:
             return
         with contextlib.suppress(Exception):  # the peer may already be gone; closing is best effort
-            ws.send(json.dumps({"type": "close"}))
+            ws.send(json.dumps({"type": FrameType.CLOSE}))
         with contextlib.suppress(Exception):
             ws.close()
 
@@ -207,9 +189,9 @@ class WireClient:
 def check_reply(reply: Any, transport: Any) -> dict[str, Any]:
     """The ``data`` of a non-error frame; error frames raise ``WireError`` (dropping closed sockets)."""
     if not isinstance(reply, Mapping) or "type" not in reply:
-        raise WireError(PROTOCOL_ERROR, f"reply is not a frame: {str(reply)[:200]}")
+        raise WireError(ClientErrorCode.PROTOCOL_ERROR, f"reply is not a frame: {str(reply)[:200]}")
     data = reply.get("data") or {}
-    if reply["type"] == "error":
+    if reply["type"] == FrameType.ERROR:
         code = str(data.get("code") or "UNKNOWN")
         if code in SOCKET_CLOSING_CODES:
             transport.drop()
@@ -239,19 +221,19 @@ class OpenEnvClientTransport:
             client.connect()
         except Exception as exc:
             with_close(client)
-            raise WireError(CONNECTION_FAILED, f"{type(exc).__name__}: {exc}") from exc
+            raise WireError(ClientErrorCode.CONNECTION_FAILED, f"{type(exc).__name__}: {exc}") from exc
         self._client = client
 
     def request(self, frame: Mapping[str, Any]) -> dict[str, Any]:
         if self._client is None:
-            raise WireError(CONNECTION_LOST, "not connected")
+            raise WireError(ClientErrorCode.CONNECTION_LOST, "not connected")
         try:
-            if frame["type"] == "reset":
+            if frame["type"] == FrameType.RESET:
                 result = self._client.reset(**frame.get("data", {}))
-            elif frame["type"] == "step":
+            elif frame["type"] == FrameType.STEP:
                 result = self._client.step(frame["data"])
             else:
-                raise WireError(PROTOCOL_ERROR, f"frame type {frame['type']!r} is not supported through env_cls")
+                raise WireError(ClientErrorCode.PROTOCOL_ERROR, f"frame type {frame['type']!r} is not supported through env_cls")
         except WireError:
             raise
         except Exception as exc:
@@ -270,10 +252,10 @@ class OpenEnvClientTransport:
             return error
         self.drop()
         if isinstance(exc, TimeoutError):
-            return WireError(TIMEOUT, f"no reply within the client's message timeout ({exc})")
+            return WireError(ClientErrorCode.TIMEOUT, f"no reply within the client's message timeout ({exc})")
         if isinstance(exc, ConnectionError):
-            return WireError(CONNECTION_FAILED, str(exc))
-        return WireError(CONNECTION_LOST, f"{type(exc).__name__}: {exc}")
+            return WireError(ClientErrorCode.CONNECTION_FAILED, str(exc))
+        return WireError(ClientErrorCode.CONNECTION_LOST, f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         client, self._client = self._client, None
