@@ -268,10 +268,10 @@ def child_baseline(corpus: str, config: str | None, output: str, gc_off: bool = 
     from contextlib import nullcontext
 
     from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
-    from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
     from twinkle_agentic.jobs.preprocess.job import plan
-    from twinkle_agentic.jobs.preprocess.sources import dumps
 
+    from twinkle_agentic.io import dumps
+    from twinkle_agentic.preprocessor import run_pipeline
     from twinkle_agentic.preprocessor.batch import gc_paused
 
     argv = ["--input", corpus, "--output", output] + (["--config", config] if config else [])
@@ -279,7 +279,7 @@ def child_baseline(corpus: str, config: str | None, output: str, gc_off: bool = 
     _, steps, _, _ = plan(cfg)
     start, cpu_start = time.perf_counter(), _own_cpu_s()
     with gc_paused() if gc_off else nullcontext():
-        result = run_in_process(cfg.inputs, steps)
+        result = run_pipeline(cfg.inputs, steps)
     os.makedirs(output, exist_ok=True)
     with open(os.path.join(output, "kept.jsonl"), "w", encoding="utf-8") as kept:
         kept.writelines(dumps(row) + "\n" for row in result.kept)
@@ -297,9 +297,8 @@ def child_baseline(corpus: str, config: str | None, output: str, gc_off: bool = 
 
 def child_dedup(corpus: str) -> dict:
     """DedupFilter alone over every parsed row of the corpus, in this process."""
-    from twinkle_agentic.jobs.preprocess.inprocess import read_rows
-
     from twinkle_agentic.preprocessor import DedupFilter
+    from twinkle_agentic.preprocessor.pipeline import read_rows
 
     rows, _, _ = read_rows([corpus])
     start = time.perf_counter()

@@ -56,7 +56,7 @@ def write_long_row(mib: int, folder: Path) -> dict[str, Path]:
 
 def read_cpu_s(path: Path) -> tuple[float, int]:
     """CPU seconds to read and parse every record of ``path``, and how many rows came out."""
-    from twinkle_agentic.jobs.preprocess.sources import expand_inputs, parse_read, read_source
+    from twinkle_agentic.io import expand_inputs, parse_read, read_source
 
     (source,) = expand_inputs([str(path)])
     start = time.process_time()

@@ -93,10 +93,11 @@ def rollout(args: argparse.Namespace, output: str):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from twinkle_agentic.jobs.preprocess.sources import InputError
     from twinkle_agentic.jobs.preprocess.steps import ConfigError as PipelineError
     from twinkle_agentic.jobs.rollout.config import ConfigError
     from twinkle_agentic.jobs.rollout.main import log_to_stderr
+
+    from twinkle_agentic.io import InputError
 
     log_to_stderr()
     start = time.perf_counter()

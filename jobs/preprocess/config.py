@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from twinkle_agentic.io import FORMATS, UNREADABLE_FAIL, UNREADABLE_MODES
+
 from ..config_flags import add_field_flags, cli_fields, option
-from .sources import FORMATS, UNREADABLE_FAIL, UNREADABLE_MODES
 from .steps import ConfigError, StepSpec, parse_steps, positive_int
 
 DEFAULT_PIPELINE = "default_pipeline.yaml"

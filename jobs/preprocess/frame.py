@@ -48,11 +48,10 @@ PART_SPACE = 1 << 32
 # Knuth's multiplicative hash: spreads consecutive line numbers over the whole partition range.
 _SPREAD = 2654435761
 # Read output: the raw bytes of each record before parsing, and why the rest of a file could not be
-# read (null for every real record; see ``sources.read_source``).
+# read (null for every real record; see ``twinkle_agentic.io.read_source``).
 RAW, READ_ERROR = "_raw", "_error"
 
 LIVE, DROPPED, STATS, LEDGER = 0, 1, 2, 3
-READ_STEP = "read"
 
 
 def frame_schema(with_dedup_key: bool = False) -> Any:
@@ -135,7 +134,7 @@ class FrameBuilder:
         try:
             return pa.table(self.columns, schema=schema)
         except UnicodeEncodeError:  # rare: a row holds a lone surrogate; pay for the scan only then
-            from .sources import escape_surrogates
+            from twinkle_agentic.io.records import escape_surrogates
 
             self.columns[ROW] = [escape_surrogates(text) for text in self.columns[ROW]]
             return pa.table(self.columns, schema=schema)

@@ -26,15 +26,18 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from twinkle_agentic.io import UNREADABLE_FILE, Source, expand_inputs
+from twinkle_agentic.io.records import READ_STEP
+from twinkle_agentic.preprocessor.pipeline import unique_names
+
 from .config import PreprocessConfig
-from .frame import DPART, PART_SPACE, READ_STEP
+from .frame import DPART, PART_SPACE
 from .ray_tuning import short_run_scheduling
 from .report import RunSummary, write_reports
 from .shared_storage import claimed_output, stale_markers
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
-from .sources import UNREADABLE_FILE, Source, expand_inputs
 from .stages import READ_POSITION, StageAdapter, StepStartError, mark_duplicates
-from .steps import ConfigError, Stage, build_step, plan_stages, unique_names
+from .steps import ConfigError, Stage, build_step, plan_stages
 
 logger = logging.getLogger(__name__)
 

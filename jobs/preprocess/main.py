@@ -8,10 +8,11 @@ from __future__ import annotations
 import logging
 import sys
 
+from twinkle_agentic.io import InputError, UnreadableInputError
+
 from ..command import JobCommand
 from .config import build_parser, resolve_config
 from .shared_storage import StorageNotSharedError
-from .sources import InputError, UnreadableInputError
 from .stages import StepBrokeContract, StepFailedError, StepStartError
 from .steps import ConfigError
 
@@ -47,24 +48,27 @@ def step_error(exc: Exception) -> Exception | None:
 
 
 _STDERR_HANDLER = "twinkle-preprocess-stderr"
+LOGGERS = ("twinkle_agentic.jobs.preprocess", "twinkle_agentic.io")
 
 
 def _log_to_stderr() -> None:
-    """Our INFO lines on stderr; other libraries' loggers (Ray Data logs DEBUG) are left alone.
+    """Our INFO lines on stderr (the job's, and the input readers' of :mod:`twinkle_agentic.io`);
+    other libraries' loggers (Ray Data logs DEBUG) are left alone.
 
     Each call points our handler at the current ``sys.stderr``: a process that runs the job again
     after swapping it (a notebook, a test harness) must not log into the stream it closed."""
-    logger = logging.getLogger("twinkle_agentic.jobs.preprocess")
-    ours = next((h for h in logger.handlers if h.get_name() == _STDERR_HANDLER), None)
-    if ours is not None:
-        ours.stream = sys.stderr  # not setStream(): it flushes the old stream, which may be closed
-        return
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.set_name(_STDERR_HANDLER)
-        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        ours = next((h for h in logger.handlers if h.get_name() == _STDERR_HANDLER), None)
+        if ours is not None:
+            ours.stream = sys.stderr  # not setStream(): it flushes the old stream, which may be closed
+            continue
+        if not logger.handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.set_name(_STDERR_HANDLER)
+            handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
 
 
 def user_error(exc: Exception, seconds: float) -> tuple[Exception, str] | None:

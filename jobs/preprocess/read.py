@@ -25,10 +25,11 @@ from typing import Any
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
+from twinkle_agentic.io import UNREADABLE_FAIL, Source, read_source
+
 from .frame import read_schema
 from .shared_storage import check_input
 from .sink import EarlyLedger
-from .sources import UNREADABLE_FAIL, Source, read_source
 
 # Assumed in-memory size of a file whose size is unknown, and expansion of compressed files.
 _UNKNOWN_SIZE = 64 << 20
@@ -48,7 +49,7 @@ def estimated_total(sources: list[Source]) -> int:
 
 def read_blocks(sources: list[Source], block_rows: int, unreadable: str = UNREADABLE_FAIL) -> Iterator[Any]:
     """Blocks of raw records of ``sources``, in order, ``block_rows`` records at most per block
-    (``unreadable``: what a file that breaks off becomes, see :func:`.sources.read_source`). Each
+    (``unreadable``: what a file that breaks off becomes, see :func:`twinkle_agentic.io.read_source`). Each
     file must be the one the driver listed (:func:`.shared_storage.check_input`)."""
     import pyarrow as pa
 

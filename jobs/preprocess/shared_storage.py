@@ -27,7 +27,8 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from .sources import InputError, Source, input_location
+from twinkle_agentic.io import InputError, Source, input_location
+
 from .steps import ConfigError
 
 MARKER_PREFIX = ".twinkle-run-"

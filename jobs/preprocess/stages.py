@@ -16,6 +16,8 @@ from typing import Any
 
 from ray.exceptions import UserCodeException
 
+from twinkle_agentic.io.inputs import LINE_BITS, MAX_LINE, row_order
+from twinkle_agentic.io.records import READ_STEP, dumps, parse_read
 from twinkle_agentic.preprocessor.batch import gc_paused, to_rows
 from twinkle_agentic.preprocessor.dedup import DUPLICATE
 from twinkle_agentic.preprocessor.dropped_log import REASON_KEY, UNKNOWN_REASON
@@ -31,7 +33,6 @@ from .frame import (
     LIVE,
     RAW,
     READ_ERROR,
-    READ_STEP,
     REASON,
     ROW,
     SRC,
@@ -40,7 +41,6 @@ from .frame import (
     frame_schema,
     passthrough,
 )
-from .sources import LINE_BITS, MAX_LINE, dumps, parse_read, row_order
 
 # Each live row carries its id under this key while steps run, so kept and dropped rows can be
 # traced back to (source, line) whatever a step returns. It is removed before a row is written.

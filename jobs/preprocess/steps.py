@@ -21,12 +21,14 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from twinkle_agentic.preprocessor.dedup import DedupFilter
+from twinkle_agentic.preprocessor.pipeline import is_global
 from twinkle_agentic.preprocessor.quality import step_name
 
 from .step_kwargs import kwargs_problem
 
 STAGE_OPTIONS = ("actors", "batch_size")
+# Exports of twinkle_agentic.preprocessor that are not steps.
+NOT_STEPS = ("Filter", "Mapper", "PipelineRun", "StepStats", "merge_log_shards", "run_pipeline")
 
 
 class ConfigError(ValueError):
@@ -95,10 +97,8 @@ def resolve_step_class(name: str) -> Any:
             raise ConfigError(f"step {name!r} cannot be imported: {exc}") from exc
     import twinkle_agentic.preprocessor as library
 
-    if name not in library.__all__:
-        known = ", ".join(
-            n for n in library.__all__ if n not in ("Filter", "Mapper", "StepStats", "merge_log_shards")
-        )
+    if name not in library.__all__ or name in NOT_STEPS:
+        known = ", ".join(n for n in library.__all__ if n not in NOT_STEPS)
         raise ConfigError(f"unknown step {name!r}; known steps: {known}; or use 'module:Class' for your own")
     try:
         return getattr(library, name)
@@ -120,17 +120,6 @@ def build_step(spec: StepSpec) -> Any:
     return step
 
 
-def unique_names(steps: list[Any]) -> list[str]:
-    """Step names, with ``#2``, ``#3``... added to repeats so statistics stay per step."""
-    seen: dict[str, int] = {}
-    names = []
-    for step in steps:
-        base = step_name(step)
-        seen[base] = seen.get(base, 0) + 1
-        names.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
-    return names
-
-
 @dataclass
 class Stage:
     """One Ray Data stage: ``map`` (task pool), ``actor`` (actor pool) or ``dedup`` (shuffle)."""
@@ -150,10 +139,6 @@ class Stage:
         ]
         extra = " + dedup keys" if self.dedup_next is not None else ""
         return f"{label}: {' -> '.join(parts) or '(nothing)'}{extra}"
-
-
-def is_global(step: Any) -> bool:
-    return isinstance(step, DedupFilter)
 
 
 def needs_actor(step: Any) -> bool:

@@ -64,11 +64,11 @@ def _problem(row: Any) -> str | None:
 def read_rows(path: str) -> list[tuple[int, Any]]:
     """``(line or row number, decoded row)`` pairs; a line that is not JSON is reported, not skipped.
 
-    Files are read as the preprocess job reads them (local paths or URIs; JSON Lines, a ``.json``
-    file holding one JSON array, or Parquet; compressed or not)."""
+    Files are read by the project's readers (:mod:`twinkle_agentic.io`: local paths or URIs; JSON
+    Lines, a ``.json`` file holding one JSON array, or Parquet; compressed or not)."""
     from pyarrow.lib import ArrowException
-    from twinkle_agentic.jobs.preprocess.json_array import JSONLayoutError
-    from twinkle_agentic.jobs.preprocess.sources import JSONL, PARQUET, format_of, iter_json_text
+
+    from twinkle_agentic.io import JSONL, PARQUET, JSONLayoutError, format_of, iter_json_text
 
     layout = format_of(path) or JSONL
     if layout == PARQUET:

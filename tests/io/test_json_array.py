@@ -8,8 +8,8 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from twinkle_agentic.jobs.preprocess.json_array import JSONLayoutError, array_records
-from twinkle_agentic.jobs.preprocess.sources import (
+
+from twinkle_agentic.io import (
     JSON,
     MALFORMED_JSON,
     UNREADABLE_FILE,
@@ -19,6 +19,7 @@ from twinkle_agentic.jobs.preprocess.sources import (
     parse_read,
     read_source,
 )
+from twinkle_agentic.io.json_array import JSONLayoutError, array_records
 
 
 def records(document: bytes, piece: int) -> list:

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from twinkle_agentic.jobs.preprocess import sources
-from twinkle_agentic.jobs.preprocess.sources import (
+
+from twinkle_agentic.io import (
     INVALID_ROW,
     MALFORMED_JSON,
     UNREADABLE_FILE,
@@ -24,6 +24,7 @@ from twinkle_agentic.jobs.preprocess.sources import (
     parse_record,
     read_source,
 )
+from twinkle_agentic.io import text as text_reader
 
 from tests.support.paths import REPO_ROOT
 
@@ -43,7 +44,7 @@ def test_text_with_a_utf16_or_utf32_byte_order_mark_reads_as_utf8(
     a file was a malformed_json drop. Any cut between pieces gives the same records."""
     import codecs
 
-    monkeypatch.setattr(sources, "_PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(text_reader, "_PIECE_BYTES", piece_bytes)
     bom = {"utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE}
     bom |= {"utf-32-le": codecs.BOM_UTF32_LE, "utf-32-be": codecs.BOM_UTF32_BE}
     text = '{"content": "你好 😀"}\r\n\r\n{"b": 2}\n[1]'
@@ -84,7 +85,7 @@ def test_lines_are_the_same_however_the_file_is_cut_into_pieces(lines, piece_byt
     data = ending.join(lines)
     pieces = [data[i : i + piece_bytes] for i in range(0, len(data), piece_bytes)]
     expected = [(n, line.removesuffix(b"\r")) for n, line in enumerate(data.split(b"\n"), 1) if line.strip()]
-    assert list(sources._lines(iter(pieces))) == expected
+    assert list(text_reader._lines(iter(pieces))) == expected
 
 
 def test_gzip_is_detected_from_the_name(tmp_path):
@@ -297,7 +298,7 @@ def test_the_bundled_sample_folder_reads_to_its_end():
     """``--input data/sample``: its pretty-printed manifest.json sits beside the data, and reads as
     JSON Lines (a malformed_json drop per line), never as an error that stops the run."""
 
-    from twinkle_agentic.jobs.preprocess.inprocess import read_rows
+    from twinkle_agentic.preprocessor.pipeline import read_rows
 
     folder = REPO_ROOT / "data" / "sample"
     rows, dropped, records = read_rows([str(folder)])

@@ -10,6 +10,8 @@ from twinkle_agentic.lazy import lazy_exports
 
 _EXPORTS = {
     "QualityPreprocessor": ".quality",
+    "run_pipeline": ".pipeline",
+    "PipelineRun": ".pipeline",
     "merge_log_shards": ".dropped_log",
     "StepStats": ".stats",
     "Filter": ".base",

@@ -11,12 +11,12 @@ import sys
 
 import pytest
 import yaml
-from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
 from twinkle_agentic.jobs.preprocess.job import actor_cpus
 from twinkle_agentic.jobs.preprocess.steps import Stage, StepSpec, build_step
 
 from tests.support.job_data import read_outputs, reference_outputs
 from tests.support.paths import REPO_ROOT
+from twinkle_agentic.preprocessor import run_pipeline
 
 SAMPLE = REPO_ROOT / "data" / "sample" / "chats.jsonl"
 
@@ -65,6 +65,6 @@ def test_a_model_step_on_a_one_cpu_cluster_runs_to_the_end(tmp_path):
     assert proc.returncode == 0, (stdout + stderr)[-4000:]
     assert [p.name.split("-")[0] for p in loads.iterdir()] == ["warmup"]
     reference_steps = [steps[0], StepSpec(model.name, {"marker_dir": str(tmp_path)}), steps[2]]
-    reference = reference_outputs(run_in_process([str(SAMPLE)], [build_step(s) for s in reference_steps]))
+    reference = reference_outputs(run_pipeline([str(SAMPLE)], [build_step(s) for s in reference_steps]))
     job = read_outputs(out)
     assert job["kept"] == reference["kept"] and job["dropped"] == reference["dropped"]

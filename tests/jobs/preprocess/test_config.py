@@ -20,10 +20,10 @@ from twinkle_agentic.jobs.preprocess.job import (
     partition_bounds,
 )
 from twinkle_agentic.jobs.preprocess.sink import SinkResult
-from twinkle_agentic.jobs.preprocess.sources import Source
 from twinkle_agentic.jobs.preprocess.stages import READ_POSITION
 from twinkle_agentic.jobs.preprocess.steps import ConfigError, StepSpec, build_step
 
+from twinkle_agentic.io import Source
 from twinkle_agentic.preprocessor.stats import StepStats
 
 

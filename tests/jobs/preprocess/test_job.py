@@ -15,13 +15,13 @@ import twinkle_agentic.jobs.preprocess.job as job_module
 import yaml
 from twinkle_agentic.jobs.preprocess import main
 from twinkle_agentic.jobs.preprocess.config import PreprocessConfig, build_parser, resolve_config
-from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
 from twinkle_agentic.jobs.preprocess.job import default_partitions, plan, prepare_output
-from twinkle_agentic.jobs.preprocess.sources import UNREADABLE_DROP, expand_inputs, parse_read, read_source
 from twinkle_agentic.jobs.preprocess.steps import ConfigError, StepSpec, parse_steps
 
 from tests.support.job_data import read_outputs, reference_outputs
 from tests.support.paths import REPO_ROOT
+from twinkle_agentic.io import UNREADABLE_DROP, expand_inputs, parse_read, read_source
+from twinkle_agentic.preprocessor import run_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def local_path(uri: str) -> Path:
 def check_run_against_reference(cfg: PreprocessConfig, summary_line: str) -> dict:
     out = read_outputs(local_path(cfg.output))
     _, steps, _, _ = plan(cfg)
-    reference = reference_outputs(run_in_process(cfg.inputs, steps, unreadable=cfg.unreadable_files))
+    reference = reference_outputs(run_pipeline(cfg.inputs, steps, unreadable=cfg.unreadable_files))
     assert out["kept"] == reference["kept"]
     assert out["dropped"] == reference["dropped"]
     stats = out["stats"]

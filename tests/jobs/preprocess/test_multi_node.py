@@ -24,11 +24,11 @@ import pytest
 from twinkle_agentic.cluster import LocalHead
 from twinkle_agentic.cluster.auth import auth_headers
 from twinkle_agentic.cluster.head import free_ports, stop_process_group
-from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
 from twinkle_agentic.jobs.preprocess.steps import StepSpec, build_step
 
 from tests.support.job_data import read_outputs, reference_outputs
 from tests.support.paths import REPO_ROOT
+from twinkle_agentic.preprocessor import run_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -142,7 +142,7 @@ def test_on_shared_storage_every_task_runs_on_the_other_node_and_the_output_is_c
     job = read_outputs(out)
     assert sorted(p.name.split("-")[0] for p in loads.iterdir()) == ["warmup", "warmup"]
     reference_steps = [STEPS[0], StepSpec(model.name, {"marker_dir": str(shared / "run1")}), STEPS[1]]
-    reference = reference_outputs(run_in_process([str(inputs)], [build_step(s) for s in reference_steps]))
+    reference = reference_outputs(run_pipeline([str(inputs)], [build_step(s) for s in reference_steps]))
     assert job["kept"] == reference["kept"] and job["dropped"] == reference["dropped"]
     assert ("ModelStep", "mentions_sql") in {(step, reason) for step, reason, _ in job["dropped"]}
     assert job["stats"]["kept"] + job["stats"]["dropped"] == job["stats"]["rows_read"] > 0

@@ -18,8 +18,9 @@ from twinkle_agentic.jobs.preprocess.shared_storage import (
     stale_markers,
     write_marker,
 )
-from twinkle_agentic.jobs.preprocess.sources import InputError, Source, expand_inputs
 from twinkle_agentic.jobs.preprocess.steps import ConfigError
+
+from twinkle_agentic.io import InputError, Source, expand_inputs
 
 
 def test_a_listed_input_must_still_be_there_with_its_size(tmp_path):

@@ -43,7 +43,7 @@ def originals(records: list[dict]) -> set[str]:
 def test_pii_runs_as_an_actor_pool_stage_and_matches_one_process(ray_local, eval_records, tmp_path, capsys):
     from twinkle_agentic.jobs.preprocess import main
     from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
-    from twinkle_agentic.jobs.preprocess.inprocess import run_in_process
+    from twinkle_agentic.preprocessor import run_pipeline
     from twinkle_agentic.jobs.preprocess.job import plan
 
     chosen = [r for r in eval_records if r["part"] == "faker" and r["spans"]][::8]
@@ -75,7 +75,7 @@ def test_pii_runs_as_an_actor_pool_stage_and_matches_one_process(ray_local, eval
     # the same rewrites as one process: Faker is seeded from a salted hash, not from process state
     cfg = resolve_config(build_parser().parse_args(argv))
     _, steps, _, _ = plan(cfg)
-    reference = run_in_process(cfg.inputs, steps)
+    reference = run_pipeline(cfg.inputs, steps)
     by_id = {json.loads(line)["id"]: json.loads(line) for line in kept_lines}
     assert {r["id"]: r for r in reference.kept} == by_id
     rewritten = sum(by_id[r["id"]]["messages"][1]["content"] != r["messages"][1]["content"] for r in rows)

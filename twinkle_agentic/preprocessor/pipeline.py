@@ -1,0 +1,127 @@
+"""Run a pipeline over input files in this process: the reference the Ray job must match.
+
+Rows are read and parsed by :mod:`twinkle_agentic.io`, as the job reads them, in input order. Each
+``DedupFilter`` runs once on all rows that survived the steps before it; every run of other steps
+between dedups goes through :class:`QualityPreprocessor`. The preprocess job's kept rows and drop
+reasons equal this run's, as sets; use it for data that fits in memory, for tests and to check a
+pipeline before a cluster run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from twinkle_agentic.io import UNREADABLE_FAIL, expand_inputs, parse_read, read_source
+from twinkle_agentic.io.records import READ_STEP
+
+from .dedup import DedupFilter
+from .dropped_log import REASON_KEY, UNKNOWN_REASON
+from .quality import QualityPreprocessor, step_name
+
+
+@dataclass
+class PipelineRun:
+    """What :func:`run_pipeline` returns: the kept rows in input order and every drop."""
+
+    kept: list[dict] = field(default_factory=list)
+    # (step, reason, row) for every dropped row; for read drops the row is the raw text or value
+    dropped: list[tuple[str, str, Any]] = field(default_factory=list)
+    rows_read: int = 0
+    seconds: float = 0.0
+
+
+def unique_names(steps: Sequence[Any]) -> list[str]:
+    """Step names, with ``#2``, ``#3``... added to repeats so statistics stay per step."""
+    seen: dict[str, int] = {}
+    names = []
+    for step in steps:
+        base = step_name(step)
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+    return names
+
+
+def is_global(step: Any) -> bool:
+    """Whether ``step`` needs every row at once (dedup), rather than one batch at a time."""
+    return isinstance(step, DedupFilter)
+
+
+def read_rows(
+    inputs: Sequence[str], input_format: str | None = None, unreadable: str = UNREADABLE_FAIL
+) -> tuple[list[dict], list[tuple[str, str, Any]], int]:
+    """(rows in input order, read drops as (step, reason, value), records read)."""
+    rows: list[dict] = []
+    dropped: list[tuple[str, str, Any]] = []
+    n = 0
+    for source in expand_inputs(list(inputs), input_format):
+        for _, raw, error in read_source(source, unreadable):
+            n += 1
+            row, reason, value = parse_read(raw, error)
+            if row is None:
+                dropped.append((READ_STEP, reason, value))
+            else:
+                rows.append(row)
+    return rows, dropped, n
+
+
+def _reason(row: Any) -> str:
+    reason = row.get(REASON_KEY) if isinstance(row, dict) else None
+    return reason if isinstance(reason, str) and reason else UNKNOWN_REASON
+
+
+def _body(row: Any) -> Any:
+    return {k: v for k, v in row.items() if k != REASON_KEY} if isinstance(row, dict) else row
+
+
+def run_steps(rows: list[dict], steps: Sequence[Any]) -> tuple[list[dict], list[tuple[str, str, Any]]]:
+    """Run the pipeline over all rows at once; returns (kept, [(step, reason, row), ...])."""
+    names = unique_names(steps)
+    dropped: list[tuple[str, str, Any]] = []
+    segment: list[int] = []
+
+    def flush(rows: list[dict]) -> list[dict]:
+        if not segment:
+            return rows
+        runner = QualityPreprocessor([steps[i] for i in segment])
+        kept, by_step = runner.run_rows(rows)
+        # run_rows reports (name, rows) for steps that dropped something, in pipeline order.
+        unique = iter([names[i] for i in segment])
+        plain = iter(runner.names)
+        for step, step_rows in by_step:
+            name = next(u for u, p in zip(unique, plain, strict=False) if p == step)
+            dropped.extend((name, _reason(r), _body(r)) for r in step_rows)
+        segment.clear()
+        return kept
+
+    for i, step in enumerate(steps):
+        if is_global(step):
+            rows = flush(rows)
+            rows, step_dropped = step(rows)
+            dropped.extend((names[i], _reason(r), _body(r)) for r in step_dropped)
+        else:
+            segment.append(i)
+    return flush(rows), dropped
+
+
+def run_pipeline(
+    inputs: Sequence[str],
+    steps: Sequence[Any],
+    *,
+    input_format: str | None = None,
+    unreadable: str = UNREADABLE_FAIL,
+) -> PipelineRun:
+    """Run ``steps`` over the rows of ``inputs`` in this process, with no Ray.
+
+    ``inputs``: files, directories, globs or URIs, as ``twinkle-agentic preprocess --input`` takes
+    them; ``steps``: step objects in pipeline order (``HardFilter()``, ``DedupFilter()``, your own
+    callables). ``input_format`` forces one format (``jsonl``, ``json``, ``parquet``); ``unreadable``
+    is ``"fail"`` (a file that breaks off raises) or ``"drop"`` (its unreadable rest becomes an
+    ``unreadable_file`` drop). Every row is held in memory; for larger data run the job.
+    """
+    start = time.perf_counter()
+    rows, dropped, n = read_rows(inputs, input_format, unreadable)
+    kept, step_dropped = run_steps(rows, steps)
+    return PipelineRun(kept, dropped + step_dropped, n, time.perf_counter() - start)
