@@ -1,7 +1,7 @@
 """APIMultiTurnRollout throughput against a local OpenAI-compatible server with injected latency.
 
 N trajectories x T turns (T-1 tool-calling turns, then a final answer) against the scripted
-server (twinkle_agentic/protocol/scripted_server.py, its own process, ``--latency-ms`` per
+server (twinkle_agentic/testing/scripted_server.py, its own process, ``--latency-ms`` per
 completion). The ideal wall time at concurrency C is ``N * T * latency / C``; efficiency is
 ideal / measured. Compared in one run: the asyncio rollout at each ``--concurrency`` for each
 ``--transport`` (the SDK's AsyncOpenAI, or the lean ``direct`` HTTP/1.1 path), and a plain
@@ -38,12 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.records import emit_record, git_sha  # noqa: E402
+from twinkle_agentic.net import free_port  # noqa: E402
 from twinkle_agentic.protocol import OpenAI  # noqa: E402
 from twinkle_agentic.protocol.event_loops import EVENT_LOOPS  # noqa: E402
-from twinkle_agentic.protocol.local_server import free_port  # noqa: E402
-from twinkle_agentic.protocol.scripted_server import start_scripted_server  # noqa: E402
 from twinkle_agentic.rollout.api_multi_turn import APIMultiTurnRollout  # noqa: E402
 from twinkle_agentic.rollout.base import tool_message, with_call_ids  # noqa: E402
+from twinkle_agentic.testing.scripted_server import start_scripted_server  # noqa: E402
 from twinkle_agentic.tools import Tool, ToolManager  # noqa: E402
 
 

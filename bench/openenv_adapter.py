@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.records import emit_record, git_sha  # noqa: E402
 from twinkle_agentic.envs.openenv import OpenEnv  # noqa: E402
-from twinkle_agentic.envs.openenv_echo import scaffold_echo_env, start_echo_server  # noqa: E402
-from twinkle_agentic.protocol.local_server import free_port  # noqa: E402
+from twinkle_agentic.net import free_port  # noqa: E402
+from twinkle_agentic.testing.openenv_echo import scaffold_echo_env, start_echo_server  # noqa: E402
 
 MESSAGE = "hello from the benchmark"
 GENERIC_CLIENT = "openenv.core.generic_client.GenericEnvClient"

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from twinkle_agentic.envs.openenv_echo import scaffold_echo_env, start_echo_server
-from twinkle_agentic.protocol.local_server import free_port
-from twinkle_agentic.protocol.scripted_server import start_scripted_server
+from twinkle_agentic.net import free_port
+from twinkle_agentic.testing.openenv_echo import scaffold_echo_env, start_echo_server
+from twinkle_agentic.testing.scripted_server import start_scripted_server
 
 ECHO_SESSIONS = 2
 

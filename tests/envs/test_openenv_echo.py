@@ -11,8 +11,8 @@ import pytest
 
 from twinkle_agentic.envs.env_tool import EnvTool
 from twinkle_agentic.envs.openenv import OpenEnv
+from twinkle_agentic.net import free_port
 from twinkle_agentic.protocol import OpenAI, RetryPolicy
-from twinkle_agentic.protocol.local_server import free_port
 from twinkle_agentic.rollout.api_multi_turn import APIMultiTurnRollout
 from twinkle_agentic.tools import ToolManager
 

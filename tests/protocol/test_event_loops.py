@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
+from twinkle_agentic.net import free_port
 from twinkle_agentic.protocol import OpenAI
 from twinkle_agentic.protocol.event_loops import KeptLoop
-from twinkle_agentic.protocol.local_server import free_port
-from twinkle_agentic.protocol.scripted_server import start_scripted_server
+from twinkle_agentic.testing.scripted_server import start_scripted_server
 
 
 async def loop_id() -> int:

@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 
 from twinkle_agentic.data_format import SamplingParams
+from twinkle_agentic.net import free_port
 from twinkle_agentic.protocol import (
     AuthenticationFailedError,
     BadRequestError,
@@ -20,7 +21,6 @@ from twinkle_agentic.protocol import (
     RetryPolicy,
     ServerError,
 )
-from twinkle_agentic.protocol.local_server import free_port
 
 
 def recorded_requests(server) -> list[dict]:

@@ -13,13 +13,14 @@ import sys
 from collections import Counter
 
 import pytest
-from twinkle_agentic.protocol.local_server import LocalServer, free_port
 
 from tests.support.paths import REPO_ROOT
 from twinkle_agentic.data_format import SamplingParams
+from twinkle_agentic.net import free_port
 from twinkle_agentic.protocol import OpenAI
 from twinkle_agentic.rollout.api_multi_turn import APIMultiTurnRollout
 from twinkle_agentic.rollout.base import STOP_REASONS
+from twinkle_agentic.testing.local_server import LocalServer
 from twinkle_agentic.tools import ToolManager
 
 ROOT = REPO_ROOT

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from .scripted_server import ScriptedOpenAI
+from twinkle_agentic.testing.scripted_server import ScriptedServer
 
 
 @pytest.fixture
 def scripted():
-    server = ScriptedOpenAI().start()
+    server = ScriptedServer().start()
     yield server
     server.stop()
 

@@ -8,8 +8,7 @@ import pytest
 from twinkle_agentic.preprocessor import ScoreFilter
 from twinkle_agentic.preprocessor.score import OpenAIBackend
 from twinkle_agentic.preprocessor.score.backends.openai import server_root
-
-from .scripted_server import byte_tokens, default_logprob, render_chatml
+from twinkle_agentic.testing.scripted_server import byte_tokens, default_logprob, render_chatml
 
 
 def backend(server, **kw) -> OpenAIBackend:
@@ -75,9 +74,9 @@ def test_chat_and_embeddings(scripted):
 
 
 def test_embed_on_another_server(scripted):
-    from .scripted_server import ScriptedOpenAI
+    from twinkle_agentic.testing.scripted_server import ScriptedServer
 
-    other = ScriptedOpenAI().start()
+    other = ScriptedServer().start()
     try:
         other.embed = lambda text: [1.0, 2.0, 3.0]
         b = OpenAIBackend(scripted.url, "gen", embed_base_url=other.url + "/v1", embed_model="emb")

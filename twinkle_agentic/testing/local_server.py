@@ -1,8 +1,8 @@
-"""Run a local HTTP server as a child process: free port, health-checked start, stop by PID.
+"""Run a local HTTP server as a child process: health-checked start, stop by process group.
 
-Used by tests and benchmarks (OpenEnv echo servers, the scripted chat server, vLLM's OpenAI
-server). The child runs in its own session, so ``stop`` signals its whole process group and
-never anything else.
+Test and benchmark support (OpenEnv echo servers, the scripted chat server, vLLM's OpenAI server),
+not used at run time. The child runs in its own session, so ``stop`` signals its whole process
+group and never anything else. Pick its port with :func:`twinkle_agentic.net.free_port`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,12 +18,6 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ServerStartError(RuntimeError):

@@ -1,5 +1,5 @@
-"""Scaffold and serve OpenEnv's echo environment locally (``openenv init``), for tests, benchmarks
-and smoke checks of the adapter against a real openenv-core server."""
+"""Scaffold and serve OpenEnv's echo environment locally (``openenv init``): test and benchmark
+support for checking the OpenEnv adapter against a real openenv-core server, not used at run time."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from twinkle_agentic.protocol.local_server import LocalServer
+from .local_server import LocalServer
 
 ENV_NAME = "echo_env"
 INIT_COMMAND = "import typer; from openenv.cli.commands.init import init; typer.run(init)"
