@@ -57,8 +57,6 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from twinkle_agentic.cluster.worker_pool import worker_processes_started  # noqa: E402
-
 from bench.records import emit_record, git_sha  # noqa: E402
 
 SHARDS = 16
@@ -244,6 +242,19 @@ def timeline_summary(events: list[dict], start: float, end: float) -> list[str]:
             f"data worker {index}: busy {busy:.2f} s; idle > {IDLE_GAP_S} s: {', '.join(gaps) or 'none'}"
         )
     return lines
+
+
+def worker_processes_started() -> int | None:
+    """Worker processes the local raylet has started so far (it logs each start; actors count too),
+    or None when this process has no local node (a remote cluster). Reads the raylet's log through
+    Ray's private node handle: a measurement for this bench, not something the job relies on."""
+    import ray
+
+    node = ray._private.worker._global_node
+    if node is None:
+        return None
+    log = Path(node.get_session_dir_path()) / "logs" / "raylet.out"
+    return log.read_text(errors="replace").count("Started worker process") if log.exists() else None
 
 
 def object_store_mib() -> dict[str, float]:

@@ -1,5 +1,6 @@
 """An embedded cluster starts the worker processes a job runs on, and no others, and they have the
-job's modules imported before they take work (cluster.worker_pool).
+job's modules imported before they take work (cluster.worker_pool). The bench's count of the
+raylet's worker starts measures it.
 
 With Ray's defaults every run of the preprocess job on a 2-CPU cluster started two to four worker
 processes that booted, ran nothing and were ended a second later. The raylet logs each start.
@@ -27,7 +28,7 @@ RUNS = textwrap.dedent(
     from pathlib import Path
 
     from twinkle_agentic.cluster import connect
-    from twinkle_agentic.cluster.worker_pool import worker_processes_started
+    from bench.preprocess_job import worker_processes_started
     from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
     from twinkle_agentic.jobs.preprocess.job import run
 
