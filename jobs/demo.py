@@ -1,7 +1,7 @@
 """twinkle-agentic demo: the whole system on this machine, end to end.
 
-1. start an embedded Ray cluster (enough logical CPUs for two engines and the Serve replicas, also
-   on a 2-core laptop);
+1. start an embedded Ray cluster sized to the rollout plan (logical CPUs for its engines and Serve
+   replicas, at least the machine's cores: 3 for the default two engines on a 2-core laptop);
 2. clean the bundled sample chats (data/sample/chats.jsonl) with the preprocess job and its default
    pipeline;
 3. serve the demo tools and the guessing-game environment on Ray Serve (127.0.0.1), and roll out the
@@ -27,9 +27,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CHATS = REPO_ROOT / "data" / "sample" / "chats.jsonl"
 DEMO_CONFIG = "demo_rollout.yaml"
 DEFAULT_OUTPUT = "runs/demo"
-# Logical CPUs of the embedded cluster: two engines (1 each), two Serve replicas (0.25 each), and room
-# for Serve's controller and proxy. Logical CPUs are a scheduling budget, not cores: 4 is right on 2.
-DEMO_CLUSTER_CPUS = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", default=None, metavar="PATH", help="model directory (default: the bundled tiny model)"
     )
     parser.add_argument(
-        "--num-cpus", type=int, default=DEMO_CLUSTER_CPUS, help="logical CPUs of the embedded cluster"
+        "--num-cpus",
+        type=int,
+        default=None,
+        help="logical CPUs of the embedded cluster (default: what the rollout's engines and Serve replicas "
+        "reserve, at least this machine's cores)",
     )
     parser.add_argument("--address", default=None, help="run on this Ray cluster instead of an embedded one")
     parser.add_argument("--skip-preprocess", action="store_true", help="only serve the tools and roll out")
@@ -77,18 +78,19 @@ def preprocess(output: str) -> str:
     return run(resolve_config(preprocess_parser().parse_args(argv))).line()
 
 
-def rollout(args: argparse.Namespace, output: str):
-    """Step 3; returns the job's summary."""
+def rollout_config(args: argparse.Namespace, output: str):
+    """The demo's rollout job config (jobs/configs/demo_rollout.yaml with the demo's options), validated."""
     from twinkle_agentic.jobs.rollout.config import config_from_mapping, load_yaml, resolve_paths
-    from twinkle_agentic.jobs.rollout.job import run
 
     with resources.as_file(resources.files("twinkle_agentic.jobs.configs").joinpath(DEMO_CONFIG)) as path:
         data = resolve_paths(load_yaml(str(path)), str(path.parent))
-    data.update(output=output, overwrite=True, progress=args.progress, address=args.address)
+    data.update(
+        output=output, overwrite=True, progress=args.progress, address=args.address, num_cpus=args.num_cpus
+    )
     for key, value in (("limit", args.prompts), ("engines", args.engines), ("model", args.model)):
         if value is not None:
             data[key] = value
-    return run(config_from_mapping(data, DEMO_CONFIG).validate())
+    return config_from_mapping(data, DEMO_CONFIG).validate()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,8 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     output = os.path.abspath(args.output)
     try:
         from twinkle_agentic.cluster import connect
+        from twinkle_agentic.jobs.rollout.job import demand
+        from twinkle_agentic.jobs.rollout.job import run as run_rollout
 
-        info = connect(args.address, num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+        rollout_cfg = rollout_config(args, os.path.join(output, "rollout"))
+        info = connect(
+            args.address,
+            num_cpus=args.num_cpus,
+            min_cpus=demand(rollout_cfg).cpus(),
+            include_dashboard=False,
+            log_to_driver=False,
+        )
         print(f"[1/3] Ray: {info.summary()}", flush=True)
         pre_line = "skipped"
         if not args.skip_preprocess:
@@ -119,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             "[3/3] serving the demo tools and env on Ray Serve; rolling out the demo prompts on the tiny model ...",
             flush=True,
         )
-        summary = rollout(args, os.path.join(output, "rollout"))
+        summary = run_rollout(rollout_cfg)
     except (ConfigError, PipelineError, InputError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
