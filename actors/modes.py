@@ -22,19 +22,21 @@ timed by the managers they are given.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import Any
 
 from twinkle_agentic.data_format import SamplingParams, Trajectory
+from twinkle_agentic.loading import load_object
 
 MODES: dict[str, str] = {"sync": "twinkle_agentic.actors.modes:SyncRollout", "async": "twinkle_agentic.actors.async_mode:AsyncRollout"}
 
 
 def register_mode(name: str, import_path: str) -> None:
     """Make ``EngineConfig(mode=name)`` build workers with the class at ``"module:Class"``."""
+    from .config import FarmConfigError
+
     if not isinstance(name, str) or not name or ":" not in import_path:
-        raise ValueError(f"register_mode needs a name and a 'module:Class' path, got {name!r}, {import_path!r}")
+        raise FarmConfigError(f"register_mode needs a name and a 'module:Class' path, got {name!r}, {import_path!r}")
     MODES[name] = import_path
 
 
@@ -48,10 +50,11 @@ def is_known_mode(mode: str) -> bool:
 
 def mode_class(mode: str) -> type:
     """The class of a registered mode name or of a ``"module:Class"`` path."""
+    from .config import FarmConfigError
+
     if not is_known_mode(mode):
-        raise ValueError(f"unknown rollout mode {mode!r}; registered: {sorted(MODES)}, or give 'module:Class'")
-    module, _, attr = MODES.get(mode, mode).partition(":")
-    return getattr(importlib.import_module(module), attr)
+        raise FarmConfigError(f"unknown rollout mode {mode!r}; choose one of {sorted(MODES)}, or give 'module:Class'")
+    return load_object(MODES.get(mode, mode), what="rollout mode", error=FarmConfigError)
 
 
 def check_mode_options(mode: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -64,8 +67,8 @@ def check_mode_options(mode: str, options: dict[str, Any]) -> dict[str, Any]:
         return {}
     try:
         cls = mode_class(mode)
-    except (ImportError, AttributeError) as exc:
-        raise FarmConfigError(f"mode {mode!r} cannot be imported here to check its mode_options: {exc}") from exc
+    except FarmConfigError as exc:
+        raise FarmConfigError(f"{exc} (imported here to check its mode_options)") from exc
     check = getattr(cls, "check_options", None)
     if check is None:
         if options:
@@ -114,7 +117,7 @@ class SyncRollout:
         self.rollout_impl = MultiTurnRollout(
             TimedSampler(self.sampler, recorder),
             self.template,
-            sampling_params=spec.sampling_params(),
+            sampling_params=spec.sampling,
             max_turns=spec.max_turns,
             max_trajectory_tokens=spec.max_trajectory_tokens,
             tool_concurrency=spec.tool_concurrency,

@@ -1,8 +1,15 @@
-"""``RolloutJobConfig``: one schema for the rollout job's YAML, its command line and Python.
+"""``RolloutJobConfig``: one typed tree for the rollout job's YAML, its command line and Python.
 
-Top-level scalar fields become flags (``--engines 2``, ``--output DIR``...); the nested sections
-(``engine``, ``sampling``, ``template``, ``tools``, ``envs``) live in the YAML. Precedence: built-in
-defaults < the YAML file < flags given. Paths in the YAML are relative to the YAML file.
+The tree composes the farm's own frozen dataclasses, so each setting has one name and one default
+from the YAML down to the actors: ``engine`` is an ``EngineConfig`` (the ``VLLMEngineConfig`` fields
+plus the worker's Ray resources; ``model`` and ``mode`` are written at the top level), ``sampling`` a
+``SamplingParams`` (keys it has no field for pass through to vLLM), the rollout settings
+(``RolloutSpec``: ``max_turns``...) and the farm options (``FarmOptions``: ``engines``,
+``batch_size``...) are spelled at the top level, and ``tools``/``envs`` are lists of server specs.
+Every setting with a plain value has a flag: ``--engines 2``, ``--max-turns 4``,
+``--engine.tensor_parallel_size 2``, ``--sampling.temperature 0.7``. Precedence: built-in defaults <
+the YAML file < flags given. Paths in the YAML are relative to the YAML file. The tree is built and
+checked once, in ``resolve_config`` / ``config_from_mapping``; what it hands on is frozen.
 """
 
 from __future__ import annotations
@@ -14,36 +21,24 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from twinkle_agentic.actors.config import EngineConfig, FarmConfigError, RolloutSpec
-from twinkle_agentic.actors.driver import FarmOptions
+from twinkle_agentic.actors.config import EngineConfig, FarmConfigError, FarmOptions, RolloutSpec
 
-from ..config_flags import add_field_flags, cli_fields, option, yaml_only
+from twinkle_agentic.checks import check_positive
+from twinkle_agentic.config_tree import build, section, to_mapping
+from twinkle_agentic.errors import ConfigError as BaseConfigError
+from twinkle_agentic.loading import load_yaml as _load_yaml
+
+from ..config_flags import add_field_flags, flag_values, option, yaml_only
 
 OUTPUT_FORMATS = ("jsonl", "parquet")
 DIGEST_SPAN = 1 << 20  # bytes read from each end of a weights file to tell checkpoints apart
-ENGINE_KEYS = tuple(f.name for f in dataclasses.fields(EngineConfig) if f.name not in ("model", "mode"))
-TOOL_KEYS = (
-    "name",
-    "tools",
-    "url",
-    "route_prefix",
-    "deployment",
-    "user_config",
-    "timeout_s",
-    "retries",
-    "token_env",
-)
-ENV_KEYS = (
-    "name", "env", "env_kwargs", "url", "route_prefix", "deployment", "user_config", "client", "reset_kwargs",
-    "retry_attempts", "token_env",
-)  # fmt: skip
 
 
 class ConfigError(FarmConfigError):
     """The rollout job's configuration or input is invalid; the message names the setting and the fix."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ToolServerSpec:
     """A tool server: deployed on Serve from ``tools`` (import paths), or already running at ``url``."""
 
@@ -58,7 +53,7 @@ class ToolServerSpec:
     token_env: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnvServerSpec:
     """An OpenEnv-protocol env server: deployed on Serve from ``env`` ("module:Class"), or running at ``url``."""
 
@@ -75,12 +70,15 @@ class EnvServerSpec:
     token_env: str | None = None
 
 
-@dataclass
+def default_engine() -> EngineConfig:
+    """The engine of a config that names none: the bundled tiny model, the EngineConfig defaults."""
+    from twinkle_agentic.demo import tiny_model_path
+
+    return EngineConfig(model=tiny_model_path())
+
+
+@dataclass(frozen=True)
 class RolloutJobConfig:
-    model: str | None = field(
-        default=None,
-        metadata=option("model directory or hub id (default: the bundled tiny model)", metavar="PATH"),
-    )
     prompts: str = field(
         default="",
         metadata=option(
@@ -99,51 +97,22 @@ class RolloutJobConfig:
     )
     limit: int | None = field(default=None, metadata=option("roll out only the first N prompts"))
     samples_per_prompt: int = field(default=1, metadata=option("trajectories per prompt (e.g. a GRPO group)"))
-    mode: str = field(
-        default="sync",
-        metadata=option(
-            "rollout mode of the workers: sync (turn-synchronous), async (per trajectory), or module:Class"
+    engine: EngineConfig = field(
+        default_factory=default_engine,
+        metadata=section(
+            "per-engine vLLM settings and Ray resources; model and mode are written at the top level",
+            hoist=("model", "mode"),
         ),
     )
-    mode_options: dict[str, Any] = field(
-        default_factory=dict,
-        metadata=yaml_only(
-            "options of the mode (async: tool_limits, default_tool_limit, parallel_tool_calls, failure_policy)"
-        ),
+    rollout: RolloutSpec = field(
+        default_factory=RolloutSpec,
+        metadata=section("sampling, turns, budgets, template, mode options", flatten=True),
     )
-    engines: int = field(
-        default=1, metadata=option("number of engines (rollout workers, one vLLM engine each)")
+    farm: FarmOptions = field(
+        default_factory=FarmOptions, metadata=section("engines, batches, restarts", flatten=True)
     )
-    engine: dict[str, Any] = field(
-        default_factory=dict,
-        metadata=yaml_only(f"per-engine settings and resources: {', '.join(ENGINE_KEYS)}"),
-    )
-    sampling: dict[str, Any] = field(
-        default_factory=lambda: {"temperature": 0.0, "max_tokens": 128},
-        metadata=yaml_only("SamplingParams fields"),
-    )
-    max_turns: int = field(default=6, metadata=option("assistant turns per trajectory"))
-    max_trajectory_tokens: int | None = field(default=None, metadata=option("token budget per trajectory"))
-    template: dict[str, Any] = field(default_factory=dict, metadata=yaml_only("Template options"))
     tools: list[ToolServerSpec] = field(default_factory=list, metadata=yaml_only("tool servers"))
     envs: list[EnvServerSpec] = field(default_factory=list, metadata=yaml_only("env servers"))
-    batch_size: int = field(default=8, metadata=option("trajectories per worker call"))
-    inflight_per_worker: int = field(default=2, metadata=option("batches queued per worker"))
-    tool_concurrency: int = field(default=8, metadata=option("tool calls a worker runs at once"))
-    ready_timeout_s: float = field(default=900.0, metadata=option("how long an engine may take to start"))
-    batch_timeout_s: float | None = field(
-        default=None, metadata=option("restart a worker stuck on one batch this long")
-    )
-    max_worker_restarts: int = field(default=3, metadata=option("replacements per worker slot"))
-    max_batch_attempts: int = field(
-        default=3, metadata=option("failures a batch may cause before its trajectories end in error")
-    )
-    verify_tokens: bool = field(
-        default=True,
-        metadata=option(
-            "skip re-rendering each trajectory to measure token_drift", negate="--no-verify-tokens"
-        ),
-    )
     serve_host: str = field(
         default="127.0.0.1", metadata=option("Serve HTTP host (set a token_env before 0.0.0.0)")
     )
@@ -168,54 +137,38 @@ class RolloutJobConfig:
     overwrite: bool = field(default=False, metadata=option("discard an earlier run in the output directory"))
     progress: bool = field(default=True, metadata=option("hide the progress bar", negate="--no-progress"))
 
-    # -- derived objects -----------------------------------------------------------------------------
+    # -- the parts the farm receives -----------------------------------------------------------------
+
+    @property
+    def engines(self) -> int:
+        return self.farm.engines
 
     def model_path(self) -> str:
-        if self.model:
-            return self.model
-        from twinkle_agentic.demo import tiny_model_path
-
-        return tiny_model_path()
+        return self.engine.model
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(model=self.model_path(), mode=self.mode, **self.engine)
+        return self.engine
 
     def rollout_spec(self, catalog: Any = None) -> RolloutSpec:
-        return RolloutSpec(
-            sampling=dict(self.sampling),
-            max_turns=self.max_turns,
-            max_trajectory_tokens=self.max_trajectory_tokens,
-            tool_concurrency=self.tool_concurrency,
-            verify_tokens=self.verify_tokens,
-            template=dict(self.template),
-            catalog=catalog,
-            mode_options=dict(self.mode_options),
-        )
+        return dataclasses.replace(self.rollout, catalog=catalog)
 
     def farm_options(self) -> FarmOptions:
-        return FarmOptions(
-            workers=self.engines,
-            batch_size=self.batch_size,
-            inflight_per_worker=self.inflight_per_worker,
-            ready_timeout_s=self.ready_timeout_s,
-            max_worker_restarts=self.max_worker_restarts,
-            max_batch_attempts=self.max_batch_attempts,
-            batch_timeout_s=self.batch_timeout_s,
-        )
+        return self.farm
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings a finished trajectory depends on; a resumed run must match them."""
+        rollout = self.rollout
         return {
-            "model": model_identity(self.model_path()),
-            "mode": self.mode,
-            "sampling": dict(self.sampling),
-            "max_turns": self.max_turns,
-            "max_trajectory_tokens": self.max_trajectory_tokens,
+            "model": model_identity(self.engine.model),
+            "mode": self.engine.mode,
+            "sampling": rollout.sampling.settings(),
+            "max_turns": rollout.max_turns,
+            "max_trajectory_tokens": rollout.max_trajectory_tokens,
             "samples_per_prompt": self.samples_per_prompt,
-            "template": dict(self.template),
+            "template": dict(rollout.template),
             "tools": sorted(s.name for s in self.tools),
             "envs": sorted(s.name for s in self.envs),
-            **({"mode_options": dict(self.mode_options)} if self.mode_options else {}),
+            **({"mode_options": dict(rollout.mode_options)} if rollout.mode_options else {}),
         }
 
     # -- checks ----------------------------------------------------------------------------------------
@@ -227,31 +180,24 @@ class RolloutJobConfig:
             raise ConfigError("no output directory: pass --output DIR (or 'output:' in the config file)")
         if self.output_format not in OUTPUT_FORMATS:
             raise ConfigError(f"output_format must be one of {OUTPUT_FORMATS}, got {self.output_format!r}")
-        for name in ("samples_per_prompt",):
-            _check_int(name, getattr(self, name))
+        check_positive("samples_per_prompt", self.samples_per_prompt, integer=True, error=ConfigError)
         for name in ("limit", "num_cpus", "serve_port"):
-            if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name))
-        if not isinstance(self.deploy_timeout_s, (int, float)) or self.deploy_timeout_s <= 0:
-            raise ConfigError(f"deploy_timeout_s must be a number > 0, got {self.deploy_timeout_s!r}")
-        unknown = sorted(set(self.engine) - set(ENGINE_KEYS))
-        if unknown:
-            raise ConfigError(f"engine: unknown key(s) {unknown}; known: {list(ENGINE_KEYS)}")
+            check_positive(name, getattr(self, name), integer=True, allow_none=True, error=ConfigError)
+        check_positive("deploy_timeout_s", self.deploy_timeout_s, error=ConfigError)
         try:
             from twinkle_agentic.actors.modes import check_mode_options
 
-            self.engine_config().validate()
+            self.engine.validate()
             self.rollout_spec().validate()
-            check_mode_options(self.mode, self.mode_options)
-            self.farm_options().validate()
-        except FileNotFoundError as exc:
-            raise ConfigError(str(exc)) from exc
-        except (FarmConfigError, TypeError) as exc:
-            raise ConfigError(str(exc)) from exc
+            self.rollout.sampling.check_vllm_fields()
+            check_mode_options(self.engine.mode, self.rollout.mode_options)
+            self.farm.validate()
+        except BaseConfigError as exc:
+            raise (exc if isinstance(exc, ConfigError) else ConfigError(str(exc))) from exc
         names = [s.name for s in self.tools] + [s.name for s in self.envs]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ConfigError(f"tool and env server names must be unique, {duplicates} repeat")
+            raise ConfigError(f"tool and env server names must be unique, {duplicates} repeat; rename one")
         for spec in self.tools:
             if not spec.name or not isinstance(spec.name, str):
                 raise ConfigError(f"every tools entry needs a name, got {spec.name!r}")
@@ -269,7 +215,8 @@ class RolloutJobConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The YAML-shaped view (what ``config_from_mapping`` reads back)."""
+        return to_mapping(self)
 
 
 def model_identity(model: str) -> str:
@@ -296,11 +243,6 @@ def model_identity(model: str) -> str:
     return f"sha256:{digest.hexdigest()[:32]}"
 
 
-def _check_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-
-
 # -- YAML and flags ---------------------------------------------------------------------------------------
 
 
@@ -323,57 +265,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_yaml(path: str) -> dict[str, Any]:
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read the config file: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping of options, got {type(data).__name__}")
-    return data
-
-
-def _specs(where: str, entries: Any, cls: type, allowed: tuple[str, ...]) -> list[Any]:
-    if entries is None:
-        return []
-    if not isinstance(entries, list):
-        raise ConfigError(f"{where} must be a list of mappings, got {type(entries).__name__}")
-    specs = []
-    for i, entry in enumerate(entries):
-        if isinstance(entry, cls):
-            specs.append(entry)
-            continue
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{where}[{i}] must be a mapping, got {type(entry).__name__}")
-        unknown = sorted(set(entry) - set(allowed))
-        if unknown:
-            raise ConfigError(f"{where}[{i}]: unknown key(s) {unknown}; known: {list(allowed)}")
-        if "name" not in entry:
-            raise ConfigError(f"{where}[{i}] needs a name")
-        specs.append(cls(**entry))
-    return specs
+    return _load_yaml(path, error=ConfigError)
 
 
 def config_from_mapping(data: dict[str, Any], where: str = "config") -> RolloutJobConfig:
-    """Build (not yet validated) from a YAML-shaped mapping."""
-    known = {f.name for f in dataclasses.fields(RolloutJobConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{where}: unknown option(s) {unknown}; known: {sorted(known)}")
-    values = dict(data)
-    values["tools"] = _specs("tools", data.get("tools"), ToolServerSpec, TOOL_KEYS)
-    values["envs"] = _specs("envs", data.get("envs"), EnvServerSpec, ENV_KEYS)
-    for name in ("engine", "sampling", "template", "mode_options"):
-        if name in values and not isinstance(values[name], dict):
-            raise ConfigError(f"{where}: {name} must be a mapping, got {type(values[name]).__name__}")
+    """Build the tree (not yet validated) from a YAML-shaped mapping; ``model`` null or absent is the
+    bundled tiny model."""
+    data = dict(data)
+    if "model" in data and data["model"] is None:
+        del data["model"]
     try:
-        return RolloutJobConfig(**values)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
+        return build(RolloutJobConfig, data, where, ConfigError)
+    except FileNotFoundError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def resolve_config(args: argparse.Namespace) -> RolloutJobConfig:
@@ -381,10 +285,19 @@ def resolve_config(args: argparse.Namespace) -> RolloutJobConfig:
     flag paths to the working directory."""
     path = getattr(args, "config", None)
     data = resolve_paths(load_yaml(path), os.path.dirname(os.path.abspath(path))) if path else {}
-    for f in cli_fields(RolloutJobConfig):
-        if hasattr(args, f.name):
-            data[f.name] = getattr(args, f.name)
+    data = merge(data, flag_values(args, RolloutJobConfig))
     return config_from_mapping(data, path or "command line").validate()
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``; nested mappings (``engine``, ``sampling``) are merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def resolve_paths(data: dict[str, Any], base: str) -> dict[str, Any]:

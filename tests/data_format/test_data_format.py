@@ -71,9 +71,9 @@ def test_invalid_values_name_the_field(field, value):
         SamplingParams(**{field: value})
 
 
-def test_from_dict_maps_max_new_tokens_and_ignores_unknown():
-    sp = SamplingParams.from_dict({"max_new_tokens": 64, "temperature": 0.2, "beam_width": 4})
-    assert sp.max_tokens == 64 and sp.temperature == 0.2
+def test_from_dict_maps_max_new_tokens_and_keeps_other_keys_for_vllm():
+    sp = SamplingParams.from_dict({"max_new_tokens": 64, "temperature": 0.2, "min_p": 0.1})
+    assert sp.max_tokens == 64 and sp.temperature == 0.2 and sp.extra == {"min_p": 0.1}
     assert SamplingParams.from_dict({"max_tokens": 8, "max_new_tokens": 64}).max_tokens == 8
     with pytest.raises(ValueError, match="temperature"):
         SamplingParams.from_dict({"temperature": -1})

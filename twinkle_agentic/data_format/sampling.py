@@ -1,7 +1,10 @@
 """Sampling parameters and sampler outputs.
 
 ``SamplingParams`` validates eagerly so a bad value fails where it is written, with the field named,
-rather than deep inside an engine on another node.
+rather than deep inside an engine on another node. It is frozen: a rollout's settings travel to the
+workers as one value. Any other ``vllm.SamplingParams`` field (``min_p``, ``presence_penalty``...)
+goes in ``extra`` and passes through to vLLM unchanged; ``check_vllm_fields`` refuses a name vLLM
+does not know before an engine sees it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from numbers import Integral, Real
 from typing import Any, Literal
+
+from twinkle_agentic.errors import ConfigError
 
 StopReason = Literal["stop", "length", "abort", "error"]
 TokenLogprob = float | list[tuple[int, float]] | None
@@ -24,7 +29,17 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
-@dataclass
+# vllm.SamplingParams arguments that fields here stand for: ``n`` is num_samples, ``stop_token_ids`` is
+# the token ids in ``stop``; max_new_tokens is read as max_tokens.
+VLLM_NAMES = {"n": "num_samples", "stop_token_ids": "stop"}
+ALIASES = {"max_new_tokens": "max_tokens"}
+
+
+class SamplingConfigError(ConfigError):
+    """A sampling setting is invalid or unknown to vLLM; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int | None = None
     seed: int | None = None
@@ -36,6 +51,7 @@ class SamplingParams:
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     num_samples: int = 1
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._check_optional_int("max_tokens", minimum=0)
@@ -51,9 +67,23 @@ class SamplingParams:
         self._check_optional_int("prompt_logprobs", minimum=0)
         if not _is_int(self.num_samples) or self.num_samples < 1:
             raise self._error("num_samples", "must be an integer >= 1")
+        self._check_extra()
 
     def _error(self, name: str, rule: str) -> ValueError:
-        return ValueError(f"SamplingParams.{name} {rule}, got {getattr(self, name)!r}")
+        return SamplingConfigError(f"SamplingParams.{name} {rule}, got {getattr(self, name)!r}")
+
+    def _check_extra(self) -> None:
+        if not isinstance(self.extra, Mapping):
+            raise self._error("extra", "must be a mapping of vllm.SamplingParams fields")
+        for name in self.extra:
+            if not isinstance(name, str) or not name or name.startswith("_"):
+                raise SamplingConfigError(f"sampling key {name!r} is not a vllm.SamplingParams field; remove it")
+            if name in VLLM_NAMES or name in ALIASES or name in _FIELD_NAMES:
+                raise SamplingConfigError(
+                    f"sampling key {name!r} is set through {VLLM_NAMES.get(name) or ALIASES.get(name) or name!r}; "
+                    "write it there"
+                )
+        object.__setattr__(self, "extra", dict(self.extra))
 
     def _check_optional_int(self, name: str, minimum: int) -> None:
         value = getattr(self, name)
@@ -72,7 +102,7 @@ class SamplingParams:
         if isinstance(stop, (list, tuple)) and (
             all(isinstance(s, str) for s in stop) or all(_is_int(s) and s >= 0 for s in stop)
         ):
-            self.stop = list(stop)
+            object.__setattr__(self, "stop", list(stop))
             return
         raise self._error("stop", "must be a str, a list of str or a list of token ids (not mixed)")
 
@@ -92,15 +122,56 @@ class SamplingParams:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> SamplingParams:
-        """Build from a config dict: ``max_new_tokens`` means ``max_tokens``; unknown keys are ignored."""
+        """Build from a config mapping: ``max_new_tokens`` means ``max_tokens`` (which wins when both are
+        given); a key that is no field here goes to ``extra`` (a vllm.SamplingParams field, passed through)."""
         data = dict(data or {})
-        if "max_new_tokens" in data and "max_tokens" not in data:
-            data["max_tokens"] = data.pop("max_new_tokens")
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        if not isinstance(data.get("extra", {}), Mapping):
+            raise SamplingConfigError(f"sampling.extra must be a mapping, got {type(data['extra']).__name__}")
+        extra = dict(data.pop("extra", None) or {})
+        for alias, name in ALIASES.items():
+            if alias in data:
+                value = data.pop(alias)
+                data.setdefault(name, value)
+        extra.update({k: data.pop(k) for k in list(data) if k not in _FIELD_NAMES})
+        return cls(**data, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def to_config(self) -> dict[str, Any]:
+        """Every field, with the extra keys flattened in: the mapping ``from_dict`` reads back."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return {**out, **self.extra}
+
+    def settings(self) -> dict[str, Any]:
+        """The fields that differ from the defaults, extra keys flattened in: the config's view."""
+        default = SamplingParams()
+        out = {k: v for k, v in self.to_config().items() if k in _FIELD_NAMES and v != getattr(default, k)}
+        return {**out, **self.extra}
+
+    def check_vllm_fields(self) -> None:
+        """Refuse ``extra`` keys that ``vllm.SamplingParams`` does not take, and values it refuses.
+
+        vLLM is imported only when there are extra keys; where it is not installed they are checked
+        on the engine's node instead, when the first request is built."""
+        if not self.extra:
+            return
+        try:
+            from vllm import SamplingParams as VllmSamplingParams
+        except ImportError:
+            return
+        known = set(getattr(VllmSamplingParams, "__struct_fields__", ()))
+        unknown = sorted(k for k in self.extra if known and k not in known)
+        if unknown:
+            public = sorted(k for k in known if not k.startswith("_") and k not in VLLM_NAMES and k not in _FIELD_NAMES)
+            raise SamplingConfigError(
+                f"sampling key(s) {unknown} are neither SamplingParams fields ({sorted(_FIELD_NAMES - {'extra'})}) "
+                f"nor vllm.SamplingParams fields ({public}); fix the spelling or remove them"
+            )
+        try:
+            self.to_vllm()
+        except (TypeError, ValueError) as exc:
+            raise SamplingConfigError(f"sampling {self.extra}: vLLM refuses them: {exc}") from exc
 
     def replace(self, **changes: Any) -> SamplingParams:
         return type(self)(**{**self.to_dict(), **changes})
@@ -108,8 +179,8 @@ class SamplingParams:
     def to_vllm(self, **overrides: Any) -> Any:
         """Return a ``vllm.SamplingParams`` (vLLM is imported only here).
 
-        ``overrides`` are extra ``vllm.SamplingParams`` arguments with no field here (e.g.
-        ``ignore_eos``); they win over the mapped fields.
+        ``extra``, then ``overrides`` (arguments a sampler adds, e.g. ``ignore_eos``), go on top of the
+        mapped fields.
         """
         from vllm import SamplingParams as VllmSamplingParams
 
@@ -134,7 +205,10 @@ class SamplingParams:
             kwargs["logprobs"] = self.logprobs
         if self.prompt_logprobs is not None:
             kwargs["prompt_logprobs"] = self.prompt_logprobs
-        return VllmSamplingParams(**{**kwargs, **overrides})
+        return VllmSamplingParams(**{**kwargs, **self.extra, **overrides})
+
+
+_FIELD_NAMES = frozenset(f.name for f in fields(SamplingParams))
 
 
 @dataclass

@@ -2,42 +2,55 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from twinkle_agentic.data_format import SamplingParams
+from twinkle_agentic.errors import ConfigError
 
 from .base import context_full_response, params_per_input, prompt_ids_of
 
 
-@dataclass
+class EngineConfigError(ConfigError):
+    """A vLLM engine setting is invalid; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
 class VLLMEngineConfig:
     """vLLM engine arguments we set explicitly; anything else goes in ``engine_kwargs``.
 
     ``max_model_len`` None lets vLLM take the model's limit. ``seed`` fixes sampling for requests
     that carry no seed of their own. On GPU nodes give the actor ``num_gpus=tensor_parallel_size``.
+    The rollout farm's ``EngineConfig`` extends this class with the worker's Ray resources, so each
+    setting is declared here once.
     """
 
-    model: str
-    max_model_len: int | None = None
-    dtype: str = "auto"
-    seed: int = 0
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool | None = None
-    trust_remote_code: bool = False
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    model: str = field(metadata={"help": "model directory or hub id (default: the bundled tiny model)"})
+    max_model_len: int | None = field(default=None, metadata={"help": "context length (default: the model's)"})
+    dtype: str = field(default="auto", metadata={"help": "weights and activations dtype (auto, float32, bfloat16...)"})
+    seed: int = field(default=0, metadata={"help": "sampling seed of requests that carry none"})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "GPUs one engine is sharded over"})
+    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "share of GPU memory vLLM may take"})
+    enable_prefix_caching: bool | None = field(default=None, metadata={"help": "vLLM prefix caching (default: vLLM's)"})
+    trust_remote_code: bool = field(default=False, metadata={"help": "run the model repository's own code"})
+    engine_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "other vllm.LLM arguments"})
 
     def __post_init__(self) -> None:
-        if not self.model:
-            raise ValueError("VLLMEngineConfig.model must name a model directory or id")
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"max_model_len must be None or >= 2, got {self.max_model_len!r}")
-        if self.tensor_parallel_size < 1:
-            raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size!r}")
+        if not self.model or not isinstance(self.model, str):
+            raise EngineConfigError(f"model must name a model directory or hub id, got {self.model!r}")
+        if self.max_model_len is not None and (not isinstance(self.max_model_len, int) or self.max_model_len < 2):
+            raise EngineConfigError(f"max_model_len must be null or an integer >= 2, got {self.max_model_len!r}")
+        if not isinstance(self.tensor_parallel_size, int) or self.tensor_parallel_size < 1:
+            raise EngineConfigError(f"tensor_parallel_size must be an integer >= 1, got {self.tensor_parallel_size!r}")
+        if not isinstance(self.engine_kwargs, dict):
+            raise EngineConfigError(f"engine_kwargs must be a mapping, got {type(self.engine_kwargs).__name__}")
+
+    def vllm_settings(self) -> dict[str, Any]:
+        """This class's own fields (not those a subclass adds), as keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in fields(VLLMEngineConfig)}
 
     def to_engine_kwargs(self) -> dict[str, Any]:
-        kwargs = {k: v for k, v in asdict(self).items() if k != "engine_kwargs" and v is not None}
+        kwargs = {k: v for k, v in self.vllm_settings().items() if k != "engine_kwargs" and v is not None}
         return {**kwargs, **self.engine_kwargs}
 
 
