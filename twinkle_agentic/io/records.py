@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from twinkle_agentic.preprocessor.base import INVALID_ROW  # JSON that is not an object: the steps' reason too
+
 from .inputs import PARQUET, InputError, Source, input_location
 from .json_array import JSONLayoutError
 from .text import iter_json_text
@@ -21,7 +23,6 @@ from .text import iter_json_text
 # The step name of drops made while reading, before any pipeline step.
 READ_STEP = "read"
 MALFORMED_JSON = "malformed_json"
-INVALID_ROW = "invalid_row"
 UNREADABLE_FILE = "unreadable_file"
 # What a run does with a file that cannot be read to its end: stop, or drop its unreadable rest.
 UNREADABLE_FAIL, UNREADABLE_DROP = "fail", "drop"
