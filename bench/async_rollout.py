@@ -169,7 +169,7 @@ class ClockedSampler:
 
 
 def prompts(per_kind: int) -> list[dict[str, Any]]:
-    from twinkle_agentic.demo import dialogues
+    from scripts import dialogues
 
     return [
         {

@@ -1,7 +1,7 @@
 """ScoreFilter scorers on the tiny model: rounds/s per scorer, and batched vs one-round-at-a-time logprobs.
 
 Data: single-round rows cut from the seeded synthetic dialogues the tiny model was trained on
-(``twinkle_agentic.demo.dialogues``): every assistant round becomes one row whose history is
+(``scripts/dialogues.py``): every assistant round becomes one row whose history is
 everything before it. Paraphrase needs answers of 50+ tokens, so its rows join several answers.
 
 * per scorer: one ``ScoreFilter([scorer])`` call over all rows (after one warm-up batch), rounds/s
@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 def single_round_rows(n: int, seed: int) -> list[dict[str, Any]]:
     """One row per assistant round of seeded training dialogues: the history before it, and
     ``key_rounds`` naming that round only."""
+    from scripts.dialogues import sample_dialogue
     from twinkle_agentic.data_format import pack_value
-    from twinkle_agentic.demo.dialogues import sample_dialogue
 
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []

@@ -105,8 +105,8 @@ def overhead(sampler: Any, template: Any, n: int, length: int, repeats: int) -> 
 
 
 def with_tools(sampler: Any, template: Any, per_kind: int) -> dict[str, Any]:
+    from scripts import dialogues
     from twinkle_agentic.data_format import SamplingParams
-    from twinkle_agentic.demo import dialogues
     from twinkle_agentic.demo.env import game_tool_manager
     from twinkle_agentic.demo.tools import demo_tools
     from twinkle_agentic.rollout.multi_turn import MultiTurnRollout

@@ -118,8 +118,8 @@ def score(episode: Any, out: dict[str, Any]) -> dict[str, bool]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from scripts import dialogues
     from twinkle_agentic.data_format import SamplingParams
-    from twinkle_agentic.demo import dialogues
     from twinkle_agentic.rollout.multi_turn import MultiTurnRollout
     from twinkle_agentic.sampler import VLLMSampler
     from twinkle_agentic.template import Template

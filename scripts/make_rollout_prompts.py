@@ -3,7 +3,7 @@
 
     python scripts/make_rollout_prompts.py [--per-kind 10] [--seed 2024] [--out data/sample/rollout_prompts.jsonl]
 
-The tiny model was trained on ``twinkle_agentic.demo.dialogues`` train phrasings; these prompts use
+The tiny model was trained on ``scripts/dialogues.py`` train phrasings; these prompts use
 the held-out phrasings (same cities and numbers, new wordings and combinations), so the demo shows
 how it does on requests it has not seen. Each row: ``id``, ``kind``, the user ``messages``,
 ``ground_truth`` (facts a good final answer states) and, for the game, ``envs: [guess_number]``,
@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scripts import dialogues  # noqa: E402
 from twinkle_agentic.data_format import pack_value  # noqa: E402
-from twinkle_agentic.demo import dialogues  # noqa: E402
 
 GAME_ENV = "guess_number"
 

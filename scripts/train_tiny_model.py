@@ -4,7 +4,7 @@
     python scripts/train_tiny_model.py --out twinkle_agentic/assets/tiny_agent
 
 Steps (all seeded, so a rerun with the same arguments and thread count rebuilds the same model):
-1. Render a sample of synthetic dialogues (``twinkle_agentic.demo.dialogues``) with the chat template
+1. Render a sample of synthetic dialogues (``scripts/dialogues.py``) with the chat template
    and train a byte-level BPE on them. The pre-tokenizer isolates every whitespace character and
    every digit, so a city or a number is the same token sequence in the user text, in the JSON of a
    tool call and in a tool result: copying is then token-for-token.
@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from twinkle_agentic.demo import dialogues  # noqa: E402
+from scripts import dialogues  # noqa: E402
 
 TEMPLATE_PATH = ROOT / "twinkle_agentic" / "demo" / "chat_template.jinja"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -13,10 +13,10 @@ import threading
 
 import pytest
 
+from scripts import dialogues
 from tests.support.async_fakes import wait_for_the_others
 from tests.support.trajectory_checks import assert_trajectory_tokens
 from twinkle_agentic.data_format import SamplingParams
-from twinkle_agentic.demo import dialogues
 from twinkle_agentic.demo.env import game_tool_manager
 from twinkle_agentic.demo.tools import demo_tools
 from twinkle_agentic.rollout.async_multi_turn import AsyncMultiTurnRollout

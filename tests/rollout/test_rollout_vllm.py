@@ -59,7 +59,7 @@ def vllm_server(tmp_path_factory):
 
 
 def test_tool_calling_rollout_on_vllm(vllm_server):
-    from twinkle_agentic.demo import dialogues
+    from scripts import dialogues
     from twinkle_agentic.demo.tools import demo_tools
 
     episodes = [e for e in dialogues.heldout_prompts(3) if e.kind in ("weather", "calculator")]

@@ -1,8 +1,8 @@
 """Bundled demo: the tools and environment the project's tiny model was trained to use.
 
 ``tools`` (get_weather over a fixed table, a calculator), ``guessing`` (the rules of a
-number-guessing game), ``env`` (that game as an ``Env``), ``dialogues`` (the seeded synthetic
-dialogues ``scripts/train_tiny_model.py`` trains on and ``scripts/eval_tiny_model.py`` holds out).
+number-guessing game), ``env`` (that game as an ``Env``). The seeded synthetic dialogues the model
+trains on are training data, not runtime: ``scripts/dialogues.py``.
 """
 
 from __future__ import annotations

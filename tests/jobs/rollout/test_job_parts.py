@@ -14,8 +14,8 @@ from twinkle_agentic.jobs.rollout.config import ConfigError, build_parser, confi
 from twinkle_agentic.jobs.rollout.journal import Journal
 from twinkle_agentic.jobs.rollout.prompts import PromptError, load_prompts, to_trajectories
 
+from scripts import dialogues
 from tests.support.paths import REPO_ROOT
-from twinkle_agentic.demo import dialogues
 
 DEMO_CONFIG = REPO_ROOT / "jobs" / "configs" / "demo_rollout.yaml"
 DEMO_PROMPTS = REPO_ROOT / "data" / "sample" / "rollout_prompts.jsonl"

@@ -45,7 +45,7 @@ def backend(float32_sampler, tiny_template):
 def trained_dialogues(n: int, seed: int = 7) -> list[dict]:
     """Weather and calculator exchanges in the training distribution: the final answer copies the
     tool result, which is exactly what the tiny model learnt."""
-    from twinkle_agentic.demo.dialogues import calculator_episode, weather_episode
+    from scripts.dialogues import calculator_episode, weather_episode
 
     rng = random.Random(seed)
     episodes = [(weather_episode if i % 2 == 0 else calculator_episode)(rng, "train") for i in range(n)]

@@ -1,4 +1,5 @@
-"""Seeded synthetic tool-use dialogues for the demo tools and the guessing game.
+"""Seeded synthetic tool-use dialogues for the demo tools and the guessing game: the tiny model's
+training data, also the held-out prompts tests and benchmarks roll out (not used at run time).
 
 ``scripts/train_tiny_model.py`` trains the tiny model on ``sample_dialogue(rng, split='train')``;
 ``scripts/eval_tiny_model.py`` measures it on ``heldout_prompts()``. The two splits share the entity
@@ -17,9 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twinkle_agentic.data_format import Message, ToolInfo
-
-from .guessing import CORRECT, GUESS_TOOL, HIGH, LOW, judge, search_path
-from .tools import CALCULATOR_TOOL, WEATHER_TABLE, WEATHER_TOOL, calculate, lookup_weather
+from twinkle_agentic.demo.guessing import CORRECT, GUESS_TOOL, HIGH, LOW, judge, search_path
+from twinkle_agentic.demo.tools import CALCULATOR_TOOL, WEATHER_TABLE, WEATHER_TOOL, calculate, lookup_weather
 
 CITIES = sorted(WEATHER_TABLE)
 SYSTEM_PROMPTS = ["You are a helpful assistant.", "You are a small assistant that can use tools."]
