@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from twinkle_agentic.data_format import ToolInfo, Trajectory, user_data_get
+from twinkle_agentic.data_format.tool_calls import ToolCallsError, decode_tool_calls
 
 from .base import Env, StepResult
 from .sandbox import LocalSubprocessSandbox, SandboxLimits
@@ -49,14 +50,12 @@ def last_submitted_code(trajectory: Mapping[str, Any], tool_name: str = DEFAULT_
     for message in reversed(trajectory.get("messages") or []):
         if message.get("role") != "assistant":
             continue
-        calls = message.get("tool_calls") or []
-        if isinstance(calls, str):
-            try:
-                calls = json.loads(calls) if calls.strip() else []
-            except ValueError:
-                calls = []
+        try:
+            calls = decode_tool_calls(message.get("tool_calls"))
+        except ToolCallsError:
+            calls = []
         for call in reversed(calls):
-            function = call.get("function") or {}
+            function = (call.get("function") if isinstance(call, Mapping) else None) or {}
             if function.get("name") != tool_name:
                 continue
             arguments = function.get("arguments")
