@@ -16,6 +16,7 @@ median round per farm and the B/A ratio.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -108,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     services.wait_ready()
     farms, startup = {}, {}
     for engines in (1, 2):
-        options = cfg.farm_options()
-        options.workers = engines
+        options = dataclasses.replace(cfg.farm_options(), engines=engines)
         farm = RolloutFarm(cfg.engine_config(), cfg.rollout_spec(services.catalog), options)
         start = time.perf_counter()
         farm.start()

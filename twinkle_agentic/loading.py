@@ -24,7 +24,7 @@ def load_object(spec: str, *, what: str, error: type[ConfigError] = LoadError) -
     ``ConfigError`` subclass raised, so a caller keeps its own error type.
     """
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
-        raise error(f"{what} {spec!r}: expected an import path 'package.module:Name'")
+        raise error(f"{what} {spec!r} must look like 'package.module:Name' (an import path, a colon, a name)")
     module_name, _, attribute = spec.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)

@@ -43,7 +43,7 @@ def farm(services, tiny_model_path):
     farm = RolloutFarm(
         EngineConfig(tiny_model_path, max_model_len=512, kv_cache_space_gb=1),
         RolloutSpec(sampling={"temperature": 0.0, "max_tokens": 48}, max_turns=4, catalog=services.catalog),
-        FarmOptions(workers=1, batch_size=4, inflight_per_worker=2, ready_timeout_s=600),
+        FarmOptions(engines=1, batch_size=4, inflight_per_worker=2, ready_timeout_s=600),
     )
     services_ready = in_background(services.wait_ready)
     (info,) = farm.start()

@@ -78,7 +78,7 @@ def run_all(farm: RolloutFarm, batch: list[dict]) -> list[dict]:
 @pytest.mark.integration
 def test_a_trajectory_that_crashes_workers_is_isolated_and_given_up_alone(ray_local):
     farm = RolloutFarm(
-        SCRIPTED, RolloutSpec(), FarmOptions(workers=2, batch_size=2, max_batch_attempts=3, max_worker_restarts=3)
+        SCRIPTED, RolloutSpec(), FarmOptions(engines=2, batch_size=2, max_batch_attempts=3, max_worker_restarts=3)
     )
     try:
         results = run_all(farm, trajectories(10, t1={"crash": True}))
@@ -93,7 +93,7 @@ def test_a_trajectory_that_crashes_workers_is_isolated_and_given_up_alone(ray_lo
 
 @pytest.mark.integration
 def test_when_every_worker_is_used_up_the_rest_comes_back_as_errors(ray_local):
-    farm = RolloutFarm(SCRIPTED, RolloutSpec(), FarmOptions(workers=1, batch_size=2, max_worker_restarts=0))
+    farm = RolloutFarm(SCRIPTED, RolloutSpec(), FarmOptions(engines=1, batch_size=2, max_worker_restarts=0))
     try:
         results = run_all(farm, trajectories(6, t0={"crash": True}))
     finally:
@@ -105,7 +105,7 @@ def test_when_every_worker_is_used_up_the_rest_comes_back_as_errors(ray_local):
 @pytest.mark.integration
 def test_a_hung_batch_is_cut_by_batch_timeout_and_the_worker_replaced(ray_local):
     farm = RolloutFarm(
-        SCRIPTED, RolloutSpec(), FarmOptions(workers=1, batch_size=2, batch_timeout_s=1.5, max_batch_attempts=1, inflight_per_worker=1)
+        SCRIPTED, RolloutSpec(), FarmOptions(engines=1, batch_size=2, batch_timeout_s=1.5, max_batch_attempts=1, inflight_per_worker=1)
     )
     start = time.monotonic()
     try:
@@ -122,7 +122,7 @@ def test_a_hung_batch_is_cut_by_batch_timeout_and_the_worker_replaced(ray_local)
 @pytest.mark.integration
 def test_a_worker_that_cannot_start_fails_the_start_with_its_reason(ray_local):
     broken = EngineConfig("no-such-model", mode="tests.support.farm_fakes:BrokenMode", num_cpus=0.1)
-    farm = RolloutFarm(broken, RolloutSpec(), FarmOptions(workers=1, max_worker_restarts=1))
+    farm = RolloutFarm(broken, RolloutSpec(), FarmOptions(engines=1, max_worker_restarts=1))
     try:
         with pytest.raises(FarmStartError, match="cannot load model 'no-such-model'"):
             farm.start()
@@ -141,7 +141,7 @@ def test_trajectory_ids_are_required_and_unique():
 
 @pytest.mark.integration
 def test_a_run_abandoned_by_its_caller_does_not_leak_into_the_next(ray_local):
-    farm = RolloutFarm(SCRIPTED, RolloutSpec(), FarmOptions(workers=1, batch_size=2, inflight_per_worker=2))
+    farm = RolloutFarm(SCRIPTED, RolloutSpec(), FarmOptions(engines=1, batch_size=2, inflight_per_worker=2))
     try:
         first = farm.run(trajectories(8, t2={"hang_s": 1}))
         next(first)
