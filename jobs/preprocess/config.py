@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 from twinkle_agentic.io import FORMATS, UNREADABLE_FAIL, UNREADABLE_MODES
+from twinkle_agentic.loading import load_yaml
 
 from ..config_flags import add_field_flags, cli_fields, option
 from .steps import ConfigError, StepSpec, parse_steps, positive_int
@@ -133,25 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_yaml(path: str | None) -> tuple[dict[str, Any], str]:
-    import yaml
-
-    try:
-        if path is None:
-            text = resources.files("twinkle_agentic.jobs.configs").joinpath(DEFAULT_PIPELINE).read_text(encoding="utf-8")
-            where = f"<bundled {DEFAULT_PIPELINE}>"
-        else:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-            where = path
-    except OSError as exc:
-        raise ConfigError(f"cannot read the config file: {exc}") from exc
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where} must hold a mapping with 'steps:' and options, got {type(data).__name__}")
-    return data, where
+    if path is not None:
+        return load_yaml(path, error=ConfigError), path
+    with resources.as_file(resources.files("twinkle_agentic.jobs.configs").joinpath(DEFAULT_PIPELINE)) as bundled:
+        return load_yaml(str(bundled), error=ConfigError), f"<bundled {DEFAULT_PIPELINE}>"
 
 
 def resolve_config(args: argparse.Namespace) -> PreprocessConfig:

@@ -17,10 +17,12 @@ without Ray.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from twinkle_agentic.checks import check_positive
+from twinkle_agentic.errors import ConfigError as BaseConfigError
+from twinkle_agentic.loading import load_object
 from twinkle_agentic.preprocessor.pipeline import is_global
 from twinkle_agentic.preprocessor.quality import step_name
 
@@ -31,7 +33,7 @@ STAGE_OPTIONS = ("actors", "batch_size")
 NOT_STEPS = ("Filter", "Mapper", "PipelineRun", "StepStats", "merge_log_shards", "run_pipeline")
 
 
-class ConfigError(ValueError):
+class ConfigError(BaseConfigError):
     """The pipeline configuration is invalid; the message names the entry and the fix."""
 
 
@@ -51,9 +53,7 @@ class StepSpec:
 
 
 def positive_int(value: Any, label: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{label} must be a positive integer, got {value!r}")
-    return value
+    return check_positive(label, value, integer=True, error=ConfigError)
 
 
 def parse_step(entry: Any, index: int) -> StepSpec:
@@ -90,11 +90,7 @@ def parse_steps(entries: Any) -> list[StepSpec]:
 
 def resolve_step_class(name: str) -> Any:
     if ":" in name:
-        module_name, _, attribute = name.partition(":")
-        try:
-            return getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"step {name!r} cannot be imported: {exc}") from exc
+        return load_object(name, what="step", error=ConfigError)
     import twinkle_agentic.preprocessor as library
 
     if name not in library.__all__ or name in NOT_STEPS:

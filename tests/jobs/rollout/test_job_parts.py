@@ -16,6 +16,7 @@ from twinkle_agentic.jobs.rollout.prompts import PromptError, load_prompts, to_t
 
 from scripts import dialogues
 from tests.support.paths import REPO_ROOT
+from twinkle_agentic.data_format import SamplingParams
 
 DEMO_CONFIG = REPO_ROOT / "jobs" / "configs" / "demo_rollout.yaml"
 DEMO_PROMPTS = REPO_ROOT / "data" / "sample" / "rollout_prompts.jsonl"
@@ -42,16 +43,16 @@ def test_demo_config_resolves_with_paths_relative_to_it_and_flags_winning(tmp_pa
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"enginez": {}}, "unknown option"),
+        ({"enginez": {}}, r"unknown key\(s\) \['enginez'\]"),
         ({"engine": {"num_cpu": 1}}, "engine: unknown key"),
         ({"engine": {"kv_cache_space_gb": 0.5}}, "kv_cache_space_gb must be an integer"),
         ({"engine": {"num_gpus": 1, "kv_cache_space_gb": 1}}, "CPU engines only"),
         ({"engine": {"tensor_parallel_size": 2, "num_gpus": 1}}, "needs num_gpus=2"),
-        ({"sampling": {"temperatur": 0}}, "sampling: unknown key"),
+        ({"sampling": {"temperatur": 0}}, r"sampling key\(s\) \['temperatur'\] are neither"),
         ({"sampling": {"num_samples": 2}}, "samples_per_prompt"),
         ({"sampling": {"temperature": -1}}, "temperature"),
         ({"mode": "turbo"}, "mode 'turbo' is not available"),
-        ({"engines": 0}, "workers must be an integer > 0"),
+        ({"engines": 0}, "engines must be a positive integer"),
         ({"tools": [{"name": "t"}]}, "give either tools"),
         ({"tools": [{"name": "t", "tools": ["m:f"], "url": "http://x"}]}, "give either tools"),
         ({"tools": [{"name": "t", "tool": ["m:f"]}]}, "unknown key"),
@@ -244,7 +245,7 @@ def test_parquet_output_has_typed_token_columns(tmp_path):
 
 
 def test_rollout_spec_defaults_validate():
-    assert RolloutSpec().validate().sampling_params().num_samples == 1
+    assert RolloutSpec().validate().sampling == SamplingParams(temperature=0.0, max_tokens=128)
 
 
 # -- the command -------------------------------------------------------------------------------------
