@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from twinkle_agentic.config_tree import build
 from twinkle_agentic.io import FORMATS, UNREADABLE_FAIL, UNREADABLE_MODES
 from twinkle_agentic.loading import load_yaml
 
-from ..config_flags import add_field_flags, cli_fields, option
+from ..config_flags import add_field_flags, flag_values, option
 from .steps import ConfigError, StepSpec, parse_steps, positive_int
 
 DEFAULT_PIPELINE = "default_pipeline.yaml"
@@ -141,30 +142,24 @@ def _load_yaml(path: str | None) -> tuple[dict[str, Any], str]:
 
 
 def resolve_config(args: argparse.Namespace) -> PreprocessConfig:
-    """Defaults < YAML < command-line flags; paths in the YAML are relative to the YAML file."""
+    """Defaults < YAML < command-line flags; paths in the YAML are relative to the YAML file. The
+    values are type-checked once, naming the setting (``twinkle_agentic.config_tree``)."""
     data, where = _load_yaml(getattr(args, "config", None))
-    known = {f.name for f in dataclasses.fields(PreprocessConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{where}: unknown option(s) {unknown}; known: {sorted(known)}")
     values: dict[str, Any] = dict(data)
     values["steps"] = parse_steps(data.get("steps"))
     if isinstance(values.get("inputs"), str):
         values["inputs"] = [values["inputs"]]
+    if "inputs" in values and (
+        not isinstance(values["inputs"], list) or not all(isinstance(p, str) for p in values["inputs"])
+    ):
+        raise ConfigError(f"{where}: inputs must be a path or a list of paths, got {values['inputs']!r}")
     base = os.path.dirname(os.path.abspath(args.config)) if getattr(args, "config", None) else os.getcwd()
-    for name in ("inputs",):
-        if name in data:
-            values[name] = [_relative_to(base, p) for p in values[name]]
+    if "inputs" in data:
+        values["inputs"] = [_relative_to(base, p) for p in values["inputs"]]
     if "output" in data:
         values["output"] = _relative_to(base, values["output"])
-    for f in cli_fields(PreprocessConfig):
-        if hasattr(args, f.name):
-            values[f.name] = getattr(args, f.name)
-    try:
-        config = PreprocessConfig(**values)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
-    return config.validate()
+    values.update(flag_values(args, PreprocessConfig))
+    return build(PreprocessConfig, values, where, ConfigError).validate()
 
 
 def _relative_to(base: str, path: Any) -> Any:

@@ -68,7 +68,10 @@ def test_bundled_default_pipeline_is_used_without_config():
 @pytest.mark.parametrize(
     "yaml_text, argv, message",
     [
-        ("colour: blue\n", [], "unknown option"),
+        ("colour: blue\n", [], r"unknown key\(s\) \['colour'\]"),
+        ("overwrite: 'yes'\n", [], r"overwrite must be true or false, got 'yes' \(str\)"),
+        ("batch_size: '10'\n", [], r"batch_size must be an integer, got '10'"),
+        ("inputs: 3\n", [], "inputs must be a path or a list of paths, got 3"),
         ("steps: [HardFilter]\n", ["--batch-size", "0"], "batch_size must be a positive integer"),
         ("steps: [HardFilter]\n", ["--read-concurrency", "0"], "read_concurrency must be a positive integer"),
         ("- just a list\n", [], "must hold a mapping"),
