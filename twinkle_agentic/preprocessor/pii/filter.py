@@ -4,6 +4,12 @@ A mapper: ``__call__(rows or column dict) -> (rows, [])``; rows are copied, neve
 never mutated. One call analyses all texts of the batch together (see analyzer.py), then rewrites
 each row in message order so replacements stay consistent within a conversation.
 
+E-mail addresses at documentation domains (example.com, example.net, example.org and the reserved
+``.example``/``.test``/``.invalid``/``.localhost`` names of RFC 2606 / RFC 6761) and IP addresses in
+the documentation ranges (RFC 5737, RFC 3849) are left as they are, also in the input: the filter
+writes its own fake addresses there, and treats any such value as one of its replacements, so a
+second pass changes nothing (see marks.py). Upstream rewrites them like any other address.
+
 The object only holds configuration and pickles cheaply; models load lazily once per process (or
 eagerly in ``warmup()``), which is what the preprocess job's actor pool relies on
 (``needs_actor = True``).
