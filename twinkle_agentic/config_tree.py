@@ -73,38 +73,46 @@ def surface_keys(cls: type) -> list[str]:
     return keys
 
 
-def build(cls: type, data: Mapping[str, Any], where: str, error: type[ConfigError], base: Any = None) -> Any:
-    """An instance of ``cls`` from ``data`` over ``base`` (an instance whose values are the defaults)."""
+def build(cls: type, data: Mapping[str, Any], where: str, error: type[ConfigError], base: Any = None,
+          *, path: str = "") -> Any:  # fmt: skip
+    """An instance of ``cls`` from ``data`` over ``base`` (an instance whose values are the defaults).
+
+    ``where`` names the source in messages (a file, "command line"; "config" adds nothing); ``path``
+    is the dotted name of this section (``engine``), which prefixes its settings' names."""
+
+    def fail(message: str) -> ConfigError:
+        return error(message if where in ("", "config") else f"{where}: {message}")
+
+    label = path or "config"
     if not isinstance(data, Mapping):
-        raise error(f"{where} must be a mapping, got {type(data).__name__}")
+        raise fail(f"{label} must be a mapping, got {type(data).__name__}")
     known = surface_keys(cls)
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise error(f"{where}: unknown key(s) {unknown}; known: {known}")
+        raise fail(f"{label}: unknown key(s) {unknown}; known: {known}")
     types = hints(cls)
     values: dict[str, Any] = {}
     for f in config_fields(cls):
-        path = f.name if where in ("", "config") else f"{where}.{f.name}"
+        name = f"{path}.{f.name}" if path else f.name
         default = getattr(base, f.name) if base is not None else _default(f)
         sub = section_class(types[f.name]) if f.metadata.get("section") else None
         if sub is not None:
             if f.metadata.get("flatten"):
-                given = {k: data[k] for k in surface_keys(sub) if k in data}
-                sub_where = where
+                given: Any = {k: data[k] for k in surface_keys(sub) if k in data}
+                sub_path = path
             else:
-                given = data.get(f.name, {})
-                if given is None:
-                    given = {}
+                given = data.get(f.name)
+                given = {} if given is None else given
                 if not isinstance(given, Mapping):
-                    raise error(f"{path} must be a mapping, got {type(given).__name__}")
-                given = {**given}
+                    raise fail(f"{name} must be a mapping, got {type(given).__name__}")
+                given = dict(given)
                 for key in f.metadata.get("hoist", ()):
                     if key in given:
-                        raise error(f"{path}.{key}: write it at the top level as '{key}:' (or --{key.replace('_', '-')})")
+                        raise fail(f"{name}.{key}: write it at the top level as '{key}:' (or --{key.replace('_', '-')})")
                     if key in data:
                         given[key] = data[key]
-                sub_where = path
-            values[f.name] = _build_section(sub, f, given, sub_where, error, default)
+                sub_path = name
+            values[f.name] = _build_section(sub, f, given, where, error, default, sub_path)
             continue
         if f.name not in data:
             if default is not dataclasses.MISSING:
@@ -113,18 +121,18 @@ def build(cls: type, data: Mapping[str, Any], where: str, error: type[ConfigErro
         value = data[f.name]
         item = list_item_class(types[f.name])
         if item is not None:
-            values[f.name] = _build_list(item, value, path, error)
+            values[f.name] = _build_list(item, value, where, error, name)
             continue
-        problem = type_problem(path, value, types[f.name])
+        problem = type_problem(name, value, types[f.name])
         if problem:
-            raise error(problem)
+            raise fail(problem)
         values[f.name] = value
     try:
         return cls(**values)
     except ConfigError as exc:
-        raise (exc if isinstance(exc, error) else error(f"{where}: {exc}")) from exc
+        raise (exc if isinstance(exc, error) else fail(f"{label}: {exc}")) from exc
     except (TypeError, ValueError) as exc:
-        raise error(f"{where}: {exc}") from exc
+        raise fail(f"{label}: {exc}") from exc
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -136,29 +144,28 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def _build_section(sub: type, f: dataclasses.Field, given: Mapping[str, Any], where: str,
-                   error: type[ConfigError], default: Any) -> Any:  # fmt: skip
+                   error: type[ConfigError], default: Any, path: str) -> Any:  # fmt: skip
     base = default if isinstance(default, sub) else None
     builder = f.metadata.get("build")
     if builder is None:
-        return build(sub, given, where, error, base)
+        return build(sub, given, where, error, base, path=path)
     merged = {**(dump_value(base, f) if base is not None else {}), **given}
+    prefix = "" if where in ("", "config") else f"{where}: "
     try:
         return builder(merged)
     except ConfigError as exc:
-        raise (exc if isinstance(exc, error) else error(f"{where}: {exc}")) from exc
+        raise (exc if isinstance(exc, error) else error(f"{prefix}{path}: {exc}")) from exc
     except (TypeError, ValueError) as exc:
-        raise error(f"{where}: {exc}") from exc
+        raise error(f"{prefix}{path}: {exc}") from exc
 
 
-def _build_list(item: type, value: Any, where: str, error: type[ConfigError]) -> list[Any]:
+def _build_list(item: type, value: Any, where: str, error: type[ConfigError], path: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise error(f"{where} must be a list of mappings, got {type(value).__name__}")
-    out = []
-    for i, entry in enumerate(value):
-        out.append(entry if isinstance(entry, item) else build(item, entry, f"{where}[{i}]", error))
-    return out
+        prefix = "" if where in ("", "config") else f"{where}: "
+        raise error(f"{prefix}{path} must be a list of mappings, got {type(value).__name__}")
+    return [e if isinstance(e, item) else build(item, e, where, error, path=f"{path}[{i}]") for i, e in enumerate(value)]
 
 
 def dump_value(obj: Any, f: dataclasses.Field | None = None) -> Any:
