@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ...errors import ConfigError
 from ..base import Mapper
 from ..batch import to_rows
 from ..text import cjk_ratio
@@ -33,7 +34,7 @@ LANGUAGES = ("en", "zh")
 ROLES = ("system", "user", "assistant", "tool")
 
 
-class PIIConfigError(ValueError):
+class PIIConfigError(ConfigError):
     """A PIIPresidioFilter argument is invalid; the message names the argument and what is allowed."""
 
     def __init__(self, argument: str, value: Any, allowed: Iterable[str]) -> None:
