@@ -115,8 +115,9 @@ def build(cls: type, data: Mapping[str, Any], where: str, error: type[ConfigErro
             values[f.name] = _build_section(sub, f, given, where, error, default, sub_path)
             continue
         if f.name not in data:
-            if default is not dataclasses.MISSING:
-                values[f.name] = default
+            if default is dataclasses.MISSING:
+                raise fail(f"{name} is required: add '{f.name}:' to {label}")
+            values[f.name] = default
             continue
         value = data[f.name]
         item = list_item_class(types[f.name])

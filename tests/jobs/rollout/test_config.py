@@ -92,6 +92,7 @@ def test_extra_sampling_keys_reach_vllm_sampling_params():
         ({"verify_tokens": "no"}, "verify_tokens must be true or false"),
         ({"tools": [{"name": "t", "tools": ["m:f"], "timeout_s": "1m"}]}, r"tools\[0\].timeout_s must be a number"),
         ({"sampling": ["temperature"]}, "sampling must be a mapping, got list"),
+        ({"tools": [{"tools": ["m:f"]}]}, r"tools\[0\].name is required: add 'name:' to tools\[0\]"),
     ],
 )
 def test_a_wrong_type_or_unknown_key_is_refused_naming_the_setting(change, message):
