@@ -4,7 +4,6 @@ import pytest
 
 from twinkle_agentic.net import free_port
 from twinkle_agentic.testing.openenv_echo import scaffold_echo_env, start_echo_server
-from twinkle_agentic.testing.scripted_server import start_scripted_server
 
 ECHO_SESSIONS = 2
 
@@ -16,12 +15,5 @@ def echo_server(tmp_path_factory):
     package = scaffold_echo_env(tmp_path_factory.mktemp("openenv"), max_concurrent_envs=ECHO_SESSIONS)
     server = start_echo_server(package, free_port())
     server.max_sessions = ECHO_SESSIONS
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def chat_server():
-    server = start_scripted_server(free_port())
     yield server
     server.stop()
