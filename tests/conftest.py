@@ -12,7 +12,7 @@ import os
 import pytest
 
 from tests.support.paths import REPO_ROOT
-from twinkle_agentic.net import free_port as pick_free_port
+from twinkle_agentic import net
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -70,7 +70,7 @@ def _refuse_ray_init(nodeid: str):
 
 @pytest.fixture
 def free_port() -> int:
-    return pick_free_port()
+    return net.free_port()
 
 
 @pytest.fixture(scope="session")
@@ -105,7 +105,7 @@ def chat_server():
     stopped by PID)."""
     from twinkle_agentic.testing.scripted_server import start_scripted_server
 
-    server = start_scripted_server(pick_free_port())
+    server = start_scripted_server(net.free_port())
     yield server
     server.stop()
 
