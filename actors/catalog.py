@@ -22,6 +22,7 @@ from typing import Any
 
 from twinkle_agentic.data_format import ToolInfo, Trajectory
 from twinkle_agentic.errors import ConfigError
+from twinkle_agentic.tools.remote import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 from twinkle_agentic.tools.tool_manager import ToolManager
 
 from .activity import ActivityRecorder
@@ -53,8 +54,8 @@ class ToolServerEndpoint:
     name: str
     url: str
     token: str | None = None
-    timeout_s: float = 60.0
-    retries: int = 3
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    retries: int = DEFAULT_RETRIES
 
     def tools(self) -> list[Any]:
         """The server's tools as ``RemoteTool`` clients; raises ``ToolServerError`` if it cannot list them."""

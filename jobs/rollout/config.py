@@ -27,6 +27,7 @@ from twinkle_agentic.checks import check_positive
 from twinkle_agentic.config_tree import build, section, to_mapping
 from twinkle_agentic.errors import ConfigError as BaseConfigError
 from twinkle_agentic.loading import load_yaml as _load_yaml
+from twinkle_agentic.tools.remote import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 from ..config_flags import add_field_flags, flag_values, option, yaml_only
 
@@ -40,7 +41,11 @@ class ConfigError(FarmConfigError):
 
 @dataclass(frozen=True)
 class ToolServerSpec:
-    """A tool server: deployed on Serve from ``tools`` (import paths), or already running at ``url``."""
+    """A tool server: deployed on Serve from ``tools`` (import paths), or already running at ``url``.
+
+    ``timeout_s`` bounds each HTTP attempt of a tool call and ``retries`` counts the extra attempts
+    (``twinkle_agentic.tools.remote.HttpPolicy``, whose defaults these are).
+    """
 
     name: str
     tools: list[Any] = field(default_factory=list)
@@ -48,8 +53,8 @@ class ToolServerSpec:
     route_prefix: str | None = None
     deployment: dict[str, Any] = field(default_factory=dict)
     user_config: dict[str, Any] | None = None
-    timeout_s: float = 60.0
-    retries: int = 3
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    retries: int = DEFAULT_RETRIES
     token_env: str | None = None
 
 

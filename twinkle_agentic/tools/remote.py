@@ -29,8 +29,9 @@ from twinkle_agentic.retry import RetryPolicy
 from .base import Tool
 
 RETRY_STATUS = frozenset({500, 502, 503, 504})
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = 60.0  # per HTTP attempt; the tool server specs of the farm and the job default to it
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
+DEFAULT_RETRIES = 3
 MAX_CONNECTIONS = 256
 MAX_KEEPALIVE_CONNECTIONS = 64
 
@@ -69,21 +70,23 @@ class ToolServerError(RuntimeError):
 class HttpPolicy:
     """How to talk to a tool server: token, per-attempt timeouts, retries with exponential backoff.
 
-    ``request_timeout_s`` bounds each attempt (keep it above the server's ``call_timeout_s`` so the
+    ``timeout_s`` bounds each attempt (keep it above the server's ``call_timeout_s`` so the
     server's own timeout string comes back); ``retries`` counts extra attempts after the first;
     the k-th retry waits ``min(backoff_max_s, backoff_s * 2**k)`` with ±20 % jitter.
     """
 
     token: str | None = None
-    request_timeout_s: float = DEFAULT_TIMEOUT_S
+    timeout_s: float = DEFAULT_TIMEOUT_S
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
-    retries: int = 3
+    retries: int = DEFAULT_RETRIES
     backoff_s: float = 0.25
     backoff_max_s: float = 4.0
 
     def __post_init__(self) -> None:
-        if not self.request_timeout_s > 0 or not self.connect_timeout_s > 0:
-            raise ValueError("tool server timeouts must be > 0")
+        if not self.timeout_s > 0 or not self.connect_timeout_s > 0:
+            raise ValueError(
+                f"timeout_s and connect_timeout_s must be > 0, got {self.timeout_s!r} and {self.connect_timeout_s!r}"
+            )
         if self.retries < 0 or self.backoff_s < 0 or self.backoff_max_s < 0:
             raise ValueError("retries and backoff must be >= 0")
 
@@ -97,7 +100,7 @@ class HttpPolicy:
         import httpx
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        timeout = httpx.Timeout(self.request_timeout_s, connect=min(self.connect_timeout_s, self.request_timeout_s))
+        timeout = httpx.Timeout(self.timeout_s, connect=min(self.connect_timeout_s, self.timeout_s))
         attempts = self.retries + 1
         problem = "was not attempted"
         for attempt in range(attempts):
@@ -109,7 +112,7 @@ class HttpPolicy:
                 problem = f"could not connect to {url} within {self.connect_timeout_s:g}s"
                 continue
             except httpx.TimeoutException:  # the request was sent: the tool may have run, do not repeat it
-                return None, f"timed out after {self.request_timeout_s:g}s waiting for {url}"
+                return None, f"timed out after {self.timeout_s:g}s waiting for {url}"
             except httpx.TransportError as exc:  # refused, reset, dropped: the server was not reached or died
                 problem = f"could not reach {url}: {type(exc).__name__}: {exc}"
                 continue
@@ -156,7 +159,7 @@ class RemoteTool(Tool):
         ``timeout_s`` bounds each HTTP attempt; ``policy`` takes the other ``HttpPolicy`` fields.
         """
         base_url = url.rstrip("/")
-        http = HttpPolicy(token=token, request_timeout_s=timeout_s, **policy)
+        http = HttpPolicy(token=token, timeout_s=timeout_s, **policy)
         response, problem = http.request("GET", base_url + "/tools")
         if problem is not None:
             raise ToolServerError(base_url, f"cannot list tools: {problem}", getattr(response, "status_code", None))
