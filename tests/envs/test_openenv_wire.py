@@ -105,8 +105,12 @@ def test_action_mappers():
 def test_construction_checks():
     with pytest.raises(TypeError, match="not options of the built-in client"):
         OpenEnv("http://h", env_kwargs={"timeout": 1})
-    with pytest.raises(ImportError, match="cannot import"):
+    with pytest.raises(ValueError, match="env_cls 'no_such_pkg:Client': cannot import module 'no_such_pkg'"):
         OpenEnv("http://h", env_cls="no_such_pkg.Client")
+    with pytest.raises(ValueError, match="has no attribute 'NoClient'"):
+        OpenEnv("http://h", env_cls="json:NoClient")
+    with pytest.raises(TypeError, match="not an openenv EnvClient"):
+        OpenEnv("http://h", env_cls="json.JSONDecoder")
     with pytest.raises(ValueError, match="dotted path"):
         OpenEnv("http://h", env_cls="Client")
     env = OpenEnv("http://h", tool_schema=[{"type": "function", "function": {"name": "t"}}])

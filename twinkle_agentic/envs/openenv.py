@@ -9,13 +9,13 @@ configuration only and reconnects lazily, so copies work inside Ray actors.
 
 from __future__ import annotations
 
-import importlib
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from twinkle_agentic.data_format import ToolInfo, Trajectory
+from twinkle_agentic.loading import load_object
 from twinkle_agentic.retry import RetryPolicy
 
 from .base import Env, StepResult
@@ -36,19 +36,13 @@ def mcp_action_mapper(tool_name: str, arguments: dict[str, Any]) -> dict[str, An
 
 
 def _resolve_env_cls(env_cls: type | str) -> type:
+    """The typed client ``env_cls`` names: a class, ``"package.module:Class"`` or ``"package.module.Class"``."""
     if isinstance(env_cls, type):
         return env_cls
-    if not isinstance(env_cls, str) or "." not in env_cls:
-        raise ValueError(f"env_cls must be a class or a dotted path 'package.module.Class', got {env_cls!r}")
-    module_name, _, attr = env_cls.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"OpenEnv env_cls {env_cls!r}: cannot import {module_name!r} ({exc})") from exc
-    try:
-        cls = getattr(module, attr)
-    except AttributeError as exc:
-        raise ImportError(f"OpenEnv env_cls {env_cls!r}: {module_name!r} has no attribute {attr!r}") from exc
+    if not isinstance(env_cls, str) or ("." not in env_cls and ":" not in env_cls):
+        raise ValueError(f"env_cls must be a class, 'package.module:Class' or a dotted path 'package.module.Class', got {env_cls!r}")
+    spec = env_cls if ":" in env_cls else ":".join(env_cls.rsplit(".", 1))
+    cls = load_object(spec, what="OpenEnv env_cls")
     if not hasattr(cls, "sync"):
         raise TypeError(f"OpenEnv env_cls {env_cls!r} is not an openenv EnvClient (it has no .sync())")
     return cls
