@@ -85,7 +85,7 @@ class AsyncRollout:
             sampling_params=spec.sampling,
             max_turns=spec.max_turns,
             max_trajectory_tokens=spec.max_trajectory_tokens,
-            tool_workers=spec.tool_concurrency,
+            tool_concurrency=spec.tool_concurrency,
             verify_tokens=spec.verify_tokens,
             **options,
         )

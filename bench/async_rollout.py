@@ -204,7 +204,7 @@ def run_mode(
     extra: dict[str, Any] = {}
     if mode == "async":
         rollout = AsyncMultiTurnRollout(
-            samplers["async"], template, tool_manager=managers, sampling_params=params, tool_workers=threads
+            samplers["async"], template, tool_manager=managers, sampling_params=params, tool_concurrency=threads
         )
         t0 = time.perf_counter()
         results, stats = rollout.run_with_stats(trajectories)

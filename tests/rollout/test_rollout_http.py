@@ -68,11 +68,11 @@ def test_many_trajectories_share_one_event_loop(api):
     assert [r["messages"][0]["content"] for r in results] == [f"item {i} #calls=2" for i in range(200)]
 
 
-@pytest.mark.parametrize("event_loop, tool_workers", [("asyncio", None), ("auto", 0)])
-def test_loop_implementations_and_tools_on_the_loop(chat_server, event_loop, tool_workers):
+@pytest.mark.parametrize("event_loop, tool_concurrency", [("asyncio", None), ("auto", 0)])
+def test_loop_implementations_and_tools_on_the_loop(chat_server, event_loop, tool_concurrency):
     api = OpenAI("scripted", base_url=chat_server.url + "/v1", async_transport="direct")
     rollout = APIMultiTurnRollout(api, ToolManager([Lookup()]), max_turns=4, concurrency=16,
-                                  event_loop=event_loop, tool_workers=tool_workers)
+                                  event_loop=event_loop, tool_concurrency=tool_concurrency)
     results = rollout([user(f"loop {event_loop} {i} #calls=2") for i in range(40)])
     assert Counter(r["stop_reason"] for r in results) == {"stop": 40}
     assert results[7]["messages"][-1]["content"] == "final answer after 2 tool turns; last tool said: found key 2"

@@ -267,18 +267,18 @@ def test_trajectory_tools_win_and_extra_body_merges():
 
 
 def test_concurrency_bounds_api_calls_and_tools_run_off_the_loop():
-    outs, api, tool = run(calls_then_answer(2), [user(f"t{i}") for i in range(30)], concurrency=4, tool_workers=4)
+    outs, api, tool = run(calls_then_answer(2), [user(f"t{i}") for i in range(30)], concurrency=4, tool_concurrency=4)
     assert all(o["stop_reason"] == "stop" for o in outs)
     assert api.max_in_flight == 4
     assert tool.max_active > 1  # sync tools ran in parallel on the pool, not on the event loop
 
 
-@pytest.mark.parametrize("tool_workers, order", [
+@pytest.mark.parametrize("tool_concurrency, order", [
     (0, ["a", "a", "a", "b", "b", "b"]),  # tools on the loop: a keeps its slot from call to call
     (2, ["a", "b", "a", "b", "a", "b"]),  # tools on the pool: the slot serves b while a's tools run
 ])
-def test_api_slot_is_kept_across_turns_on_the_loop_and_lent_during_pool_tools(tool_workers, order):
-    outs, api, _ = run(calls_then_answer(2), [user("a"), user("b")], concurrency=1, tool_workers=tool_workers)
+def test_api_slot_is_kept_across_turns_on_the_loop_and_lent_during_pool_tools(tool_concurrency, order):
+    outs, api, _ = run(calls_then_answer(2), [user("a"), user("b")], concurrency=1, tool_concurrency=tool_concurrency)
     assert all(o["stop_reason"] == "stop" for o in outs)
     assert [request["messages"][0]["content"] for request, _ in api.requests] == order
     assert api.max_in_flight == 1
@@ -292,7 +292,7 @@ def test_first_calls_go_out_before_the_rest_of_the_batch_is_set_up_and_cancel_le
             return await super().acall(trajectory, sampling_params, **kwargs)
 
     api = Watching(calls_then_answer(1))
-    rollout = APIMultiTurnRollout(api, ToolManager([Counting()]), concurrency=3, tool_workers=0)
+    rollout = APIMultiTurnRollout(api, ToolManager([Counting()]), concurrency=3, tool_concurrency=0)
 
     async def cancelled_midway():
         batch = asyncio.ensure_future(rollout.arun([user(f"t{i}") for i in range(40)]))
@@ -310,7 +310,7 @@ def test_first_calls_go_out_before_the_rest_of_the_batch_is_set_up_and_cancel_le
 
 def test_tool_threads_are_kept_between_calls_and_close_stops_them():
     tool = Counting()
-    rollout = APIMultiTurnRollout(ScriptAPI(calls_then_answer(1)), ToolManager([tool]), tool_workers=2)
+    rollout = APIMultiTurnRollout(ScriptAPI(calls_then_answer(1)), ToolManager([tool]), tool_concurrency=2)
     rollout([user(f"a{i}") for i in range(6)])
     pool = rollout._pool
     rollout([user(f"b{i}") for i in range(6)])

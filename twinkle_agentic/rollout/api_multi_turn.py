@@ -2,7 +2,7 @@
 
 Built for rollout farms: every trajectory is a coroutine on one asyncio event loop, so thousands
 can be in flight without thousands of threads. ``concurrency`` bounds the API calls in flight;
-synchronous tools run off the loop on a bounded thread pool (``tool_workers``). Each trajectory
+synchronous tools run off the loop on a bounded thread pool (``tool_concurrency``). Each trajectory
 fails alone: its error becomes ``stop_reason='api_error'`` plus ``error``, and the batch goes on.
 """
 
@@ -23,6 +23,7 @@ from twinkle_agentic.remote import remote_class
 
 from .base import (
     API_ERROR,
+    DEFAULT_MAX_TURNS,
     LENGTH,
     MAX_TURNS,
     STOP,
@@ -30,6 +31,7 @@ from .base import (
     ToolManagerSpec,
     check_max_turns,
     check_sampling_params,
+    check_tool_concurrency,
     finish,
     format_error,
     is_tool_manager,
@@ -43,7 +45,7 @@ from .base import (
 )
 from .traces import TrajectoryPredicate, TrajectoryTraces
 
-DEFAULT_TOOL_WORKERS_MAX = 64
+TOOL_CONCURRENCY_MAX = 64  # the most threads the default tool pool gets
 
 
 @remote_class()
@@ -71,11 +73,11 @@ class APIMultiTurnRollout(Rollout):
 
     ``concurrency`` is the number of API calls in flight (the seeds' pool size). A trajectory
     keeps its slot from one call to its next while its tools run on the event loop
-    (``tool_workers=0``), and gives it to a waiting trajectory while they run on the pool.
+    (``tool_concurrency=0``), and gives it to a waiting trajectory while they run on the pool.
 
     Speed (``docs/bench/api_rollout.md``): a blocking call runs on the rollout's own event loop
     (``event_loop``: ``'auto'`` = uvloop when installed), kept between calls so the API client's
-    keep-alive connections serve the next batch; ``close()`` releases it. ``tool_workers=0`` runs
+    keep-alive connections serve the next batch; ``close()`` releases it. ``tool_concurrency=0`` runs
     tools on the event loop (only for tools that return in microseconds: a slow one stalls every
     trajectory); by default they run on a pool of ``min(64, max(4, concurrency))`` threads.
     """
@@ -85,14 +87,14 @@ class APIMultiTurnRollout(Rollout):
         api: Any,
         tool_manager: ToolManagerSpec | Sequence[ToolManagerSpec],
         sampling_params: SamplingParams | Mapping[str, Any] | None = None,
-        max_turns: int = 6,
+        max_turns: int = DEFAULT_MAX_TURNS,
         concurrency: int = 8,
         extra_body: Mapping[str, Any] | None = None,
         trace_dir: str | os.PathLike[str] | None = None,
         trace_callback: TrajectoryPredicate | None = None,
         success_callback: TrajectoryPredicate | None = None,
         *,
-        tool_workers: int | None = None,
+        tool_concurrency: int | None = None,
         event_loop: str = "auto",
     ):
         if api is None or not (callable(api) or hasattr(api, "acall")):
@@ -104,9 +106,6 @@ class APIMultiTurnRollout(Rollout):
             )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
-        if tool_workers is not None and (isinstance(tool_workers, bool) or not isinstance(tool_workers, int)
-                                         or tool_workers < 0):
-            raise ValueError(f"tool_workers must be None or an integer >= 0, got {tool_workers!r}")
         self.event_loop = event_loops.check_event_loop(event_loop)
         self._loop: event_loops.KeptLoop | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -116,7 +115,11 @@ class APIMultiTurnRollout(Rollout):
         self.max_turns = check_max_turns(max_turns)
         self.concurrency = concurrency
         self.extra_body = _check_extra_body(extra_body)
-        self.tool_workers = max(4, min(DEFAULT_TOOL_WORKERS_MAX, concurrency)) if tool_workers is None else tool_workers
+        self.tool_concurrency = (
+            max(4, min(TOOL_CONCURRENCY_MAX, concurrency))
+            if tool_concurrency is None
+            else check_tool_concurrency(tool_concurrency, allow_zero=True)
+        )
         self.traces = TrajectoryTraces.maybe(trace_dir, trace_callback, success_callback)
 
     def __call__(
@@ -148,10 +151,10 @@ class APIMultiTurnRollout(Rollout):
     def _tool_pool(self) -> concurrent.futures.Executor | None:
         """The threads synchronous tools run on, kept between calls like the loop (starting and
         joining dozens of threads per batch costs milliseconds); None when tools run on the loop."""
-        if self.tool_workers == 0:
+        if self.tool_concurrency == 0:
             return None
         if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(self.tool_workers, thread_name_prefix="api-rollout-tool")
+            self._pool = concurrent.futures.ThreadPoolExecutor(self.tool_concurrency, thread_name_prefix="api-rollout-tool")
             weakref.finalize(self, self._pool.shutdown, wait=False)
         return self._pool
 

@@ -42,10 +42,12 @@ from twinkle_agentic.sampler.base import check_responses
 
 from .async_stats import AsyncRolloutStats, BusyClock, TrajectoryTiming
 from .base import (
+    DEFAULT_MAX_TURNS,
     Rollout,
     ToolManagerSpec,
     check_max_turns,
     check_sampling_params,
+    check_tool_concurrency,
     format_error,
     open_tool_manager,
     prepare_trajectories,
@@ -160,7 +162,9 @@ class AsyncMultiTurnRollout(Rollout):
 
     - ``tool_limits``: ``{tool name: {'max_concurrency': int | None, 'timeout_s': float | None}}``;
       ``default_tool_limit`` applies to each tool not named (default: no concurrency limit, 60 s);
-    - ``tool_workers``: threads for blocking tool calls (and tool-manager factories) at once;
+    - ``tool_concurrency``: threads for blocking tool calls (and tool-manager factories) at once
+      (default 32, more than ``MultiTurnRollout``'s: every trajectory of a call is in flight at
+      once, so more blocking calls wait together; a farm worker passes its ``tool_concurrency``);
     - ``parallel_tool_calls``: run the calls of one turn concurrently (default: in order, as the
       sync rollout does; stateful tools such as environment sessions rely on that order);
     - ``failure_policy``: a ``FailurePolicy``, ``'keep'``/``'drop'``, or its fields as a mapping.
@@ -175,7 +179,7 @@ class AsyncMultiTurnRollout(Rollout):
         template: Any,
         tool_manager: ToolManagerSpec | Sequence[ToolManagerSpec] = None,
         sampling_params: SamplingParams | dict[str, Any] | None = None,
-        max_turns: int = 6,
+        max_turns: int = DEFAULT_MAX_TURNS,
         max_trajectory_tokens: int | None = None,
         trace_dir: str | os.PathLike[str] | None = None,
         trace_callback: Callable[[Trajectory], Any] | None = None,
@@ -183,14 +187,12 @@ class AsyncMultiTurnRollout(Rollout):
         *,
         tool_limits: dict[str, ToolLimit | dict[str, Any]] | None = None,
         default_tool_limit: ToolLimit | dict[str, Any] | None = None,
-        tool_workers: int = DEFAULT_TOOL_WORKERS,
+        tool_concurrency: int = DEFAULT_TOOL_WORKERS,
         parallel_tool_calls: bool = False,
         failure_policy: FailurePolicy | str | dict[str, Any] | None = None,
         verify_tokens: bool = True,
     ):
         check_rollout_settings("AsyncMultiTurnRollout", sampler, template, max_trajectory_tokens)
-        if isinstance(tool_workers, bool) or not isinstance(tool_workers, int) or tool_workers < 1:
-            raise ValueError(f"tool_workers must be an integer >= 1, got {tool_workers!r}")
         self.sampler = sampler
         self._generate = request_function(sampler)
         self.template = template
@@ -199,7 +201,7 @@ class AsyncMultiTurnRollout(Rollout):
         self.max_turns = check_max_turns(max_turns)
         self.max_trajectory_tokens = max_trajectory_tokens
         self.tool_limits = ToolLimits.parse(tool_limits, default_tool_limit)
-        self.tool_workers = tool_workers
+        self.tool_concurrency = check_tool_concurrency(tool_concurrency)
         self.parallel_tool_calls = bool(parallel_tool_calls)
         self.failure_policy = FailurePolicy.parse(failure_policy)
         self.verify_tokens = verify_tokens
@@ -285,7 +287,7 @@ class AsyncMultiTurnRollout(Rollout):
         loop = asyncio.get_running_loop()
         scheduler = self._schedulers.get(loop)
         if scheduler is None:
-            scheduler = self._schedulers[loop] = ToolScheduler(self.tool_limits, self.tool_workers)
+            scheduler = self._schedulers[loop] = ToolScheduler(self.tool_limits, self.tool_concurrency)
         return scheduler
 
     async def _run_all(self, call: _Call, book: OutcomeBook) -> None:

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from twinkle_agentic.checks import check_positive
 from twinkle_agentic.data_format import SamplingParams, ToolCall, Trajectory
 from twinkle_agentic.data_format.tool_calls import decode_tool_calls, tool_call_id
 from twinkle_agentic.tools.tool_manager import ToolManager
@@ -23,6 +24,10 @@ MAX_TURNS = "max_turns"  # turn max_turns produced tool calls; they were not exe
 ERROR = "error"  # engine rollout: a failure in this trajectory only
 API_ERROR = "api_error"  # API rollout: the API call or the tool execution failed
 STOP_REASONS = frozenset({STOP, LENGTH, MAX_TURNS, ERROR, API_ERROR})
+
+# -- defaults every rollout and the farm's RolloutSpec share ------------------------------------------
+DEFAULT_MAX_TURNS = 6  # assistant turns per trajectory (the seeds' default)
+DEFAULT_TOOL_CONCURRENCY = 8  # tool calls a turn-synchronous rollout (and a farm worker) runs at once
 
 # A per-trajectory source of tools: a manager, or a factory building a fresh one for a trajectory.
 ManagerFactory = Callable[[Trajectory], ToolManager]
@@ -82,6 +87,12 @@ def check_max_turns(max_turns: Any) -> int:
     if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
         raise ValueError(f"max_turns must be an integer >= 1, got {max_turns!r}")
     return max_turns
+
+
+def check_tool_concurrency(tool_concurrency: Any, *, allow_zero: bool = False) -> int:
+    """``tool_concurrency`` when it is an integer >= 1 (>= 0 with ``allow_zero``), else a ``ValueError``
+    (``ConfigError``) naming the setting."""
+    return check_positive("tool_concurrency", tool_concurrency, integer=True, allow_zero=allow_zero)
 
 
 def check_sampling_params(params: SamplingParams | Mapping[str, Any] | None) -> SamplingParams:

@@ -21,10 +21,13 @@ from twinkle_agentic.remote import remote_class
 from twinkle_agentic.sampler.base import check_responses, pad_for_data_parallel
 
 from .base import (
+    DEFAULT_MAX_TURNS,
+    DEFAULT_TOOL_CONCURRENCY,
     Rollout,
     ToolManagerSpec,
     check_max_turns,
     check_sampling_params,
+    check_tool_concurrency,
     format_error,
     open_tool_manager,
     prepare_trajectories,
@@ -101,25 +104,23 @@ class MultiTurnRollout(Rollout):
         template: Any,
         tool_manager: ToolManagerSpec | Sequence[ToolManagerSpec] = None,
         sampling_params: SamplingParams | dict[str, Any] | None = None,
-        max_turns: int = 6,
+        max_turns: int = DEFAULT_MAX_TURNS,
         max_trajectory_tokens: int | None = None,
         trace_dir: str | os.PathLike[str] | None = None,
         trace_callback: Callable[[Trajectory], Any] | None = None,
         success_callback: Callable[[Trajectory], Any] | None = None,
         *,
-        tool_concurrency: int = 8,
+        tool_concurrency: int = DEFAULT_TOOL_CONCURRENCY,
         verify_tokens: bool = True,
     ):
         check_rollout_settings("MultiTurnRollout", sampler, template, max_trajectory_tokens)
-        if not isinstance(tool_concurrency, int) or tool_concurrency < 1:
-            raise ValueError(f"tool_concurrency must be an integer >= 1, got {tool_concurrency!r}")
         self.sampler = sampler
         self.template = template
         self.tool_manager = tool_manager
         self.sampling_params = check_sampling_params(sampling_params)
         self.max_turns = check_max_turns(max_turns)
         self.max_trajectory_tokens = max_trajectory_tokens
-        self.tool_concurrency = tool_concurrency
+        self.tool_concurrency = check_tool_concurrency(tool_concurrency)
         self.verify_tokens = verify_tokens
         self.tracer = TrajectoryTraces.maybe(trace_dir, trace_callback, success_callback)
         self.last_stats = RolloutStats()

@@ -23,7 +23,17 @@ from typing import Any
 from twinkle_agentic.data_format import SampledSequence, ToolCall
 from twinkle_agentic.template.template import TemplateLengthError
 
-from .base import ERROR, LENGTH, MAX_TURNS, STOP, finish, format_error, tool_message, with_call_ids
+from .base import (
+    DEFAULT_MAX_TURNS,
+    ERROR,
+    LENGTH,
+    MAX_TURNS,
+    STOP,
+    finish,
+    format_error,
+    tool_message,
+    with_call_ids,
+)
 from .bookkeeping import TokenLedger, Turn, check_aligned, chosen_logprobs
 
 logger = logging.getLogger(__name__)
@@ -47,7 +57,7 @@ class TrajectoryState:
         template: Any,
         *,
         tools: list[dict[str, Any]] | None = None,
-        max_turns: int = 6,
+        max_turns: int = DEFAULT_MAX_TURNS,
         max_trajectory_tokens: int | None = None,
         verify_tokens: bool = True,
     ):
