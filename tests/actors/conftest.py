@@ -1,4 +1,4 @@
-"""Fixtures of the farm tests (helpers shared by its modules live in farm_settings.py)."""
+"""Fixtures of the farm tests (their job settings live in tests/support/farm_settings.py)."""
 
 from __future__ import annotations
 

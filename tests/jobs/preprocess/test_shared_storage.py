@@ -1,4 +1,4 @@
-"""The storage checks every read and write task makes, without Ray (see tests/jobs/test_multi_node.py
+"""The storage checks every read and write task makes, without Ray (see tests/jobs/preprocess/test_multi_node.py
 for a node that really does not see the driver's files)."""
 
 from __future__ import annotations
