@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.paths import REPO_ROOT
 from twinkle_agentic.io import (
     INVALID_ROW,
     MALFORMED_JSON,
@@ -25,8 +26,6 @@ from twinkle_agentic.io import (
     read_source,
 )
 from twinkle_agentic.io import text as text_reader
-
-from tests.support.paths import REPO_ROOT
 
 
 def test_lines_keep_numbers_skip_blanks_and_strip_crlf_and_bom(tmp_path):

@@ -43,8 +43,9 @@ def originals(records: list[dict]) -> set[str]:
 def test_pii_runs_as_an_actor_pool_stage_and_matches_one_process(ray_local, eval_records, tmp_path, capsys):
     from twinkle_agentic.jobs.preprocess import main
     from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
-    from twinkle_agentic.preprocessor import run_pipeline
     from twinkle_agentic.jobs.preprocess.job import plan
+
+    from twinkle_agentic.preprocessor import run_pipeline
 
     chosen = [r for r in eval_records if r["part"] == "faker" and r["spans"]][::8]
     assert {r["lang"] for r in chosen} == {"en", "zh"} and len(chosen) >= 24
