@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twinkle_agentic.data_format import ToolInfo, Trajectory
+from twinkle_agentic.envs.openenv import DEFAULT_RETRY_ATTEMPTS
 from twinkle_agentic.errors import ConfigError
 from twinkle_agentic.tools.remote import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 from twinkle_agentic.tools.tool_manager import ToolManager
@@ -85,7 +86,7 @@ class EnvEndpoint:
     tools: tuple[ToolInfo, ...] | None = None
     client_options: Mapping[str, Any] = field(default_factory=dict)
     reset_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    retry_attempts: int = 8
+    retry_attempts: int = DEFAULT_RETRY_ATTEMPTS
 
     def open(self, trajectory: Trajectory) -> Any:
         """A reset OpenEnv session for ``trajectory``; raises ``EnvOpenError`` when it cannot be had."""

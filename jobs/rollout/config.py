@@ -25,6 +25,7 @@ from twinkle_agentic.actors.config import EngineConfig, FarmConfigError, FarmOpt
 
 from twinkle_agentic.checks import check_positive
 from twinkle_agentic.config_tree import build, section, to_mapping
+from twinkle_agentic.envs.openenv import DEFAULT_RETRY_ATTEMPTS
 from twinkle_agentic.errors import ConfigError as BaseConfigError
 from twinkle_agentic.loading import load_yaml as _load_yaml
 from twinkle_agentic.tools.remote import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
@@ -71,7 +72,7 @@ class EnvServerSpec:
     user_config: dict[str, Any] | None = None
     client: dict[str, Any] = field(default_factory=dict)
     reset_kwargs: dict[str, Any] = field(default_factory=dict)
-    retry_attempts: int = 8
+    retry_attempts: int = DEFAULT_RETRY_ATTEMPTS
     token_env: str | None = None
 
 

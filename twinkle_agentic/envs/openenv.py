@@ -24,6 +24,7 @@ from .openenv_wire import OpenEnvClientTransport, WireClient, WireError, parse_o
 
 ActionMapper = Callable[[str, dict[str, Any]], Any]
 WIRE_CLIENT_OPTIONS = frozenset({"connect_timeout_s", "message_timeout_s", "max_message_size_mb", "headers"})
+DEFAULT_RETRY_ATTEMPTS = 8  # extra attempts of a retryable failure; the farm's env specs default to it
 
 
 def default_action_mapper(tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +74,7 @@ class OpenEnv(Env):
         action_mapper: ActionMapper | None = None,
         *,
         reset_kwargs: Mapping[str, Any] | None = None,
-        retry_attempts: int = 8,
+        retry_attempts: int = DEFAULT_RETRY_ATTEMPTS,
         retry_base_s: float = 0.5,
         retry_max_s: float = 8.0,
     ):
