@@ -74,7 +74,7 @@ class EnvEndpoint:
     """An OpenEnv-protocol server (``deployments/env_server.py`` or any openenv server).
 
     ``tools`` are the schemas the environment serves (None: read from its ``/metadata`` once per
-    process, see ``tool_schemas``); ``client_options`` go to
+    process, see ``tool_schemas``); ``client`` (an ``envs`` entry's ``client`` in the job) goes to
     ``OpenEnv(env_kwargs=...)`` (``message_timeout_s``, ``connect_timeout_s``, ``headers``);
     ``reset_kwargs`` are sent with every reset, next to ``episode_id`` and the ``trajectory``
     context (its ``trajectory_id``, ``prompt_id`` and ``user_data``). The server passes on only the
@@ -84,7 +84,7 @@ class EnvEndpoint:
     name: str
     url: str
     tools: tuple[ToolInfo, ...] | None = None
-    client_options: Mapping[str, Any] = field(default_factory=dict)
+    client: Mapping[str, Any] = field(default_factory=dict)
     reset_kwargs: Mapping[str, Any] = field(default_factory=dict)
     retry_attempts: int = DEFAULT_RETRY_ATTEMPTS
 
@@ -98,7 +98,7 @@ class EnvEndpoint:
             reset.setdefault("episode_id", str(trajectory["trajectory_id"]))
         env = OpenEnv(
             self.url,
-            env_kwargs=dict(self.client_options),
+            env_kwargs=dict(self.client),
             tool_schema=self.tool_schemas(),
             reset_kwargs=reset,
             retry_attempts=self.retry_attempts,
@@ -114,10 +114,10 @@ class EnvEndpoint:
         """``tools``, else the server's ``/metadata`` tools (read once per process; raises ``EnvOpenError``)."""
         if self.tools is not None:
             return list(self.tools)
-        key = ("env", self.url, repr(sorted(dict(self.client_options.get("headers") or {}).items())))
+        key = ("env", self.url, repr(sorted(dict(self.client.get("headers") or {}).items())))
         with _listed_lock:
             if key not in _listed:
-                _listed[key] = _env_metadata_tools(self.url, dict(self.client_options.get("headers") or {}))
+                _listed[key] = _env_metadata_tools(self.url, dict(self.client.get("headers") or {}))
             return list(_listed[key])
 
 

@@ -61,7 +61,11 @@ class ToolServerSpec:
 
 @dataclass(frozen=True)
 class EnvServerSpec:
-    """An OpenEnv-protocol env server: deployed on Serve from ``env`` ("module:Class"), or running at ``url``."""
+    """An OpenEnv-protocol env server: deployed on Serve from ``env`` ("module:Class"), or running at ``url``.
+
+    ``env_kwargs`` construct the environment on the server; ``client`` holds the options of each
+    trajectory's client session (``OpenEnv(env_kwargs=...)``: ``message_timeout_s``, ``headers``...).
+    """
 
     name: str
     env: str | None = None

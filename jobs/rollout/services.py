@@ -249,7 +249,7 @@ def _env_endpoint(spec: EnvServerSpec, url: str) -> EnvEndpoint:
     return EnvEndpoint(
         spec.name,
         url,
-        client_options=client,
+        client=client,
         reset_kwargs=dict(spec.reset_kwargs),
         retry_attempts=spec.retry_attempts,
     )
