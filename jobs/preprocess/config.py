@@ -10,17 +10,15 @@ import argparse
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from twinkle_agentic.config_tree import build
 from twinkle_agentic.io import FORMATS, UNREADABLE_FAIL, UNREADABLE_MODES
-from twinkle_agentic.loading import load_yaml
+from twinkle_agentic.preprocessor.step_specs import DEFAULT_PIPELINE, read_pipeline_config
 
 from ..config_flags import add_field_flags, flag_values, option
 from .steps import ConfigError, StepSpec, parse_steps, positive_int
 
-DEFAULT_PIPELINE = "default_pipeline.yaml"
 OUTPUT_FORMATS = ("jsonl", "parquet")
 
 
@@ -134,17 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_yaml(path: str | None) -> tuple[dict[str, Any], str]:
-    if path is not None:
-        return load_yaml(path, error=ConfigError), path
-    with resources.as_file(resources.files("twinkle_agentic.jobs.configs").joinpath(DEFAULT_PIPELINE)) as bundled:
-        return load_yaml(str(bundled), error=ConfigError), f"<bundled {DEFAULT_PIPELINE}>"
-
-
 def resolve_config(args: argparse.Namespace) -> PreprocessConfig:
     """Defaults < YAML < command-line flags; paths in the YAML are relative to the YAML file. The
     values are type-checked once, naming the setting (``twinkle_agentic.config_tree``)."""
-    data, where = _load_yaml(getattr(args, "config", None))
+    data, where = read_pipeline_config(getattr(args, "config", None))
     values: dict[str, Any] = dict(data)
     values["steps"] = parse_steps(data.get("steps"))
     if isinstance(values.get("inputs"), str):

@@ -84,3 +84,37 @@ def test_the_runner_imports_without_ray():
     code = "import sys; from twinkle_agentic.preprocessor import run_pipeline; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_pipeline_config_runs_as_the_job_reads_it(tmp_path):
+    """The bundled default pipeline, the same pipeline as a YAML file and as YAML step entries give
+    one result; the file's input_format applies unless the call gives one."""
+    rows = [chat(QUESTION, ANSWER, id=1), chat(QUESTION, ANSWER, id=2), chat("hi", "hello", id=3)]
+    data = tmp_path / "chats.txt"  # no known suffix: only input_format says it is JSON Lines
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    entries = [{"HardFilter": {"min_user_chars": 10, "max_rounds": 30}}, "DeadLoopFilter", "RefuseFilter",
+               "TokenSoupFilter", "MessageNormalizer", {"DedupFilter": {"prefix_chars": 100, "asst_chars": 100}}]
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(json.dumps({"steps": entries, "input_format": "jsonl"}))
+
+    by_default = run_pipeline([str(data)], input_format="jsonl")
+    by_file = run_pipeline([str(data)], str(config))
+    by_entries = run_pipeline([str(data)], entries, input_format="jsonl")
+
+    assert len(by_default.kept) == 1 and by_default.kept[0]["id"] in (1, 2)
+    assert by_file.kept == by_entries.kept == by_default.kept
+    assert sorted(d[:2] for d in by_file.dropped) == sorted(d[:2] for d in by_default.dropped) == [
+        ("DedupFilter", "duplicate"), ("HardFilter", "trivial_single_turn")]
+
+
+def test_a_bad_step_entry_is_refused_before_any_row_is_read(tmp_path):
+    from twinkle_agentic.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="min_user_chars must be an integer"):
+        run_pipeline([str(tmp_path / "missing.jsonl")], [{"HardFilter": {"min_user_chars": "10k"}}])
+    with pytest.raises(ConfigError, match="unknown step 'NoSuchFilter'"):
+        run_pipeline([str(tmp_path / "missing.jsonl")], ["NoSuchFilter"])
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("steps: HardFilter\n")
+    with pytest.raises(ConfigError, match="'steps' must be a list"):
+        run_pipeline([str(tmp_path / "missing.jsonl")], str(config))

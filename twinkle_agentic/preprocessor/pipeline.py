@@ -9,17 +9,19 @@ pipeline before a cluster run.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twinkle_agentic.io import UNREADABLE_FAIL, expand_inputs, parse_read, read_source
+from twinkle_agentic.io import UNREADABLE_FAIL, UNREADABLE_MODES, expand_inputs, parse_read, read_source
 from twinkle_agentic.io.records import READ_STEP
 
 from .dedup import DedupFilter
 from .dropped_log import REASON_KEY, UNKNOWN_REASON
 from .quality import QualityPreprocessor, step_name
+from .step_specs import PipelineConfigError, build_steps, read_pipeline_config
 
 
 @dataclass
@@ -108,20 +110,35 @@ def run_steps(rows: list[dict], steps: Sequence[Any]) -> tuple[list[dict], list[
 
 def run_pipeline(
     inputs: Sequence[str],
-    steps: Sequence[Any],
+    steps: Sequence[Any] | str | os.PathLike | None = None,
     *,
     input_format: str | None = None,
-    unreadable: str = UNREADABLE_FAIL,
+    unreadable: str | None = None,
 ) -> PipelineRun:
-    """Run ``steps`` over the rows of ``inputs`` in this process, with no Ray.
+    """Run a pipeline over the rows of ``inputs`` in this process, with no Ray.
 
     ``inputs``: files, directories, globs or URIs, as ``twinkle-agentic preprocess --input`` takes
-    them; ``steps``: step objects in pipeline order (``HardFilter()``, ``DedupFilter()``, your own
-    callables). ``input_format`` forces one format (``jsonl``, ``json``, ``parquet``); ``unreadable``
-    is ``"fail"`` (a file that breaks off raises) or ``"drop"`` (its unreadable rest becomes an
-    ``unreadable_file`` drop). Every row is held in memory; for larger data run the job.
+    them. ``steps``: ``None`` for the bundled default pipeline; the path of a pipeline YAML file (the
+    ``--config`` of the job: its ``steps``, and its ``input_format`` / ``unreadable_files`` unless
+    given here; its cluster options do not apply in one process); or a list whose items are step
+    objects (``HardFilter()``, your own callables) or YAML step entries (``"RefuseFilter"``,
+    ``{"HardFilter": {"min_user_chars": 10}}``). ``input_format`` forces one format (``jsonl``,
+    ``json``, ``parquet``); ``unreadable`` is ``"fail"`` (a file that breaks off raises, the default)
+    or ``"drop"`` (its unreadable rest becomes an ``unreadable_file`` drop). Every row is held in
+    memory; for larger data run the job.
     """
+    if steps is None or isinstance(steps, (str, os.PathLike)):
+        config, where = read_pipeline_config(None if steps is None else os.fspath(steps))
+        input_format = input_format if input_format is not None else config.get("input_format")
+        unreadable = unreadable if unreadable is not None else config.get("unreadable_files")
+        steps = config.get("steps")
+        if not isinstance(steps, list):
+            raise PipelineConfigError(f"{where}: 'steps' must be a list of pipeline steps, got {steps!r}")
+    unreadable = UNREADABLE_FAIL if unreadable is None else unreadable
+    if unreadable not in UNREADABLE_MODES:
+        raise PipelineConfigError(f"unreadable must be one of {UNREADABLE_MODES}, got {unreadable!r}")
+    built = build_steps(steps)
     start = time.perf_counter()
     rows, dropped, n = read_rows(inputs, input_format, unreadable)
-    kept, step_dropped = run_steps(rows, steps)
+    kept, step_dropped = run_steps(rows, built)
     return PipelineRun(kept, dropped + step_dropped, n, time.perf_counter() - start)
