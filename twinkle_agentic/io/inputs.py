@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from twinkle_agentic.errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 JSONL = "jsonl"
@@ -34,8 +36,9 @@ MAX_LINE = (1 << LINE_BITS) - 1
 MAX_SOURCES = 1 << 22
 
 
-class InputError(ValueError):
-    """An input path or file cannot be used; the message names it and says why."""
+class InputError(ConfigError):
+    """An input path or file cannot be used; the message names it and says why. A configuration
+    error: the fix is another ``inputs`` setting (or ``unreadable_files: drop``)."""
 
 
 @dataclass(frozen=True)
