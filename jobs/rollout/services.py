@@ -43,7 +43,7 @@ class Services:
     """What the job deployed, and the catalog the workers receive."""
 
     catalog: ToolCatalog
-    timeout_s: float = 180.0
+    deploy_timeout_s: float  # the job's setting of that name
     base_url: str | None = None
     deployed: list[str] = field(default_factory=list)
     started_serve: bool = False
@@ -51,9 +51,9 @@ class Services:
 
     def wait_ready(self) -> None:
         """Wait until every application runs and every server answers and lists its tools."""
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + self.deploy_timeout_s
         if self.deployed:
-            _wait_running(self.deployed, self.timeout_s)
+            _wait_running(self.deployed, self.deploy_timeout_s)
         for name, endpoint in [*self.catalog.toolsets.items(), *self.catalog.envs.items()]:
             _wait_healthy(name, endpoint.url, deadline)
         for name, endpoint in self.catalog.toolsets.items():
@@ -164,7 +164,7 @@ def deploy(cfg: RolloutJobConfig, embedded: bool) -> Services:
     ``Services.wait_ready`` before rolling out.
     """
     apps = build_apps(cfg)
-    services = Services(ToolCatalog(), timeout_s=cfg.deploy_timeout_s)
+    services = Services(ToolCatalog(), deploy_timeout_s=cfg.deploy_timeout_s)
     if apps:
         from ray import serve
 
@@ -179,7 +179,7 @@ def deploy(cfg: RolloutJobConfig, embedded: bool) -> Services:
     for spec in cfg.tools:
         url = (spec.url or services.urls[spec.name]).rstrip("/")
         services.catalog.toolsets[spec.name] = ToolServerEndpoint(
-            spec.name, url, _token(spec), spec.timeout_s, spec.retries
+            spec.name, url, token=_token(spec), timeout_s=spec.timeout_s, retries=spec.retries
         )
     for spec in cfg.envs:
         url = (spec.url or services.urls[spec.name]).rstrip("/")
