@@ -4,8 +4,10 @@ objects, nested flags, sampling keys passed through to vLLM, one name and one de
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import pytest
+from twinkle_agentic.actors.catalog import EnvEndpoint, ToolServerEndpoint
 from twinkle_agentic.actors.config import EngineConfig, FarmOptions, RolloutSpec
 from twinkle_agentic.jobs.rollout.config import (
     ConfigError,
@@ -22,8 +24,10 @@ from tests.support.paths import REPO_ROOT
 from twinkle_agentic.config_tree import surface_keys
 from twinkle_agentic.data_format import SamplingParams
 from twinkle_agentic.demo import tiny_model_path
+from twinkle_agentic.envs.openenv import OpenEnv
 from twinkle_agentic.errors import ConfigError as RootConfigError
 from twinkle_agentic.sampler.engine import VLLMEngineConfig
+from twinkle_agentic.tools.remote import HttpPolicy
 
 DEMO_CONFIG = REPO_ROOT / "jobs" / "configs" / "demo_rollout.yaml"
 
@@ -108,6 +112,16 @@ def test_each_setting_has_one_name_and_one_default():
     cfg = config_from_mapping({})
     assert cfg.farm == FarmOptions() and cfg.rollout == RolloutSpec() and cfg.engine == EngineConfig(tiny_model_path())
     assert cfg.rollout.sampling == RolloutSpec().sampling  # the rollout default: greedy, 128 tokens
+
+
+def test_server_specs_take_the_clients_defaults():
+    """A tools entry's timeout_s and retries are HttpPolicy's, an envs entry's retry_attempts OpenEnv's,
+    through the endpoints the workers receive."""
+    tool_spec, tool_endpoint, policy = ToolServerSpec("t", url="u"), ToolServerEndpoint("t", "u"), HttpPolicy()
+    assert (tool_spec.timeout_s, tool_spec.retries) == (tool_endpoint.timeout_s, tool_endpoint.retries)
+    assert (tool_endpoint.timeout_s, tool_endpoint.retries) == (policy.timeout_s, policy.retries)
+    retry_default = inspect.signature(OpenEnv).parameters["retry_attempts"].default
+    assert EnvServerSpec("e", url="u").retry_attempts == EnvEndpoint("e", "u").retry_attempts == retry_default
 
 
 def test_the_resolved_config_reads_back_as_itself():
