@@ -6,8 +6,10 @@ Each field's ``metadata`` holds its ``help``; optionally ``flag`` (another flag 
 ``argparse`` keyword (``choices``, ``nargs``, ``metavar``...). Fields with ``cli: False`` are YAML only.
 Sections of the config tree (``twinkle_agentic/config_tree.py``) give their fields flags too: a nested section's
 as ``--engine.tensor_parallel_size 2`` (or ``--engine.tensor-parallel-size``), a flattened one's at the
-top level. Flags default to ``argparse.SUPPRESS``, so a flag given overrides the YAML and one not
-given leaves it.
+top level. A section whose ``extra`` mapping passes keys through (sampling: any vllm.SamplingParams
+field) also takes ``--sampling.KEY VALUE`` for a key it has no field for, read with
+:class:`ConfigArgumentParser`. Flags default to ``argparse.SUPPRESS``, so a flag given overrides the
+YAML and one not given leaves it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 from typing import Any
+
+import yaml
 
 from twinkle_agentic.checks import plain_types
 from twinkle_agentic.config_tree import set_path, walk
@@ -62,11 +66,43 @@ def value_parser(allowed: tuple[type, ...]) -> Callable[[str], Any]:
     return parse
 
 
+class ConfigArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser that also reads ``--SECTION.KEY VALUE`` (or ``=VALUE``) for the sections of
+    ``passthrough``; the values are read as YAML scalars and checked with the rest of the config."""
+
+    passthrough: tuple[str, ...] = ()
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed, rest = self.parse_known_args(args, namespace)
+        given: dict[str, dict[str, Any]] = {}
+        unknown: list[str] = []
+        tokens = iter(rest)
+        for token in tokens:
+            section, dot, key = token[2:].partition(".") if token.startswith("--") else ("", "", "")
+            if not (dot and key and section in self.passthrough):
+                unknown.append(token)
+                continue
+            key, eq, text = key.partition("=")
+            if not eq:
+                text = next(tokens, None)
+                if text is None:
+                    self.error(f"argument {token}: expected one argument")
+            try:
+                value = yaml.safe_load(text)
+            except yaml.YAMLError:
+                value = text
+            given.setdefault(section, {})[key.replace("-", "_")] = value
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        parsed.passthrough = given
+        return parsed
+
+
 def flag_settings(config_class: type) -> list[tuple[str, dataclasses.Field, Any]]:
     """The settings of ``config_class``'s tree that get a flag: ``(surface path, field, hint)``."""
     out = []
     for path, f, hint in walk(config_class):
-        if not f.metadata.get("cli", True):
+        if not f.metadata.get("cli", True) or f.metadata.get("passthrough"):
             continue
         if not plain_types(hint) and "nargs" not in f.metadata and "action" not in f.metadata:
             continue  # mappings and lists are set in the YAML
@@ -76,6 +112,10 @@ def flag_settings(config_class: type) -> list[tuple[str, dataclasses.Field, Any]
 
 def add_field_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
     """One flag per setting of ``config_class`` (its sections included) that is not YAML only."""
+    if isinstance(parser, ConfigArgumentParser):
+        parser.passthrough = tuple(
+            path.rpartition(".")[0] for path, f, _ in walk(config_class) if f.metadata.get("passthrough")
+        )
     for path, f, hint in flag_settings(config_class):
         meta = {k: v for k, v in f.metadata.items() if k not in ("cli", "section", "config")}
         nested = "." in path
@@ -101,4 +141,7 @@ def flag_values(args: argparse.Namespace, config_class: type) -> dict[str, Any]:
     for path, _, _ in flag_settings(config_class):
         if hasattr(args, path):
             set_path(data, path, getattr(args, path))
+    for section, values in getattr(args, "passthrough", {}).items():
+        for key, value in values.items():
+            set_path(data, f"{section}.{key}", value)
     return data

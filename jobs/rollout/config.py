@@ -30,7 +30,7 @@ from twinkle_agentic.errors import ConfigError as BaseConfigError
 from twinkle_agentic.loading import load_yaml as _load_yaml
 from twinkle_agentic.tools.remote import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
-from ..config_flags import add_field_flags, flag_values, option, yaml_only
+from ..config_flags import ConfigArgumentParser, add_field_flags, flag_values, option, yaml_only
 
 OUTPUT_FORMATS = ("jsonl", "parquet")
 DIGEST_SPAN = 1 << 20  # bytes read from each end of a weights file to tell checkpoints apart
@@ -257,7 +257,7 @@ def model_identity(model: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ConfigArgumentParser(
         prog="twinkle-agentic rollout",
         description=(
             "Multi-turn tool-calling rollouts on a Ray farm of vLLM engines: tools and environments served on "

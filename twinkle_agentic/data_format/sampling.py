@@ -51,7 +51,9 @@ class SamplingParams:
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     num_samples: int = 1
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    # vllm.SamplingParams fields with no field here; the key is spelt at the section's level in YAML
+    # (``sampling: {min_p: 0.1}``) and as a flag (``--sampling.min_p 0.1``)
+    extra: Mapping[str, Any] = field(default_factory=dict, metadata={"passthrough": True})
 
     def __post_init__(self) -> None:
         self._check_optional_int("max_tokens", minimum=0)

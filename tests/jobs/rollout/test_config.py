@@ -81,6 +81,17 @@ def test_extra_sampling_keys_reach_vllm_sampling_params():
     assert cfg.fingerprint()["sampling"] == {"temperature": 0.5, "max_tokens": 128, "min_p": 0.1, "presence_penalty": 0.5}
 
 
+def test_extra_sampling_keys_are_flags_too():
+    cfg = resolve("--sampling.min_p", "0.1", "--sampling.presence-penalty=0.5", "--sampling.stop", "[x, y]")
+    assert cfg.rollout.sampling.extra == {"min_p": 0.1, "presence_penalty": 0.5}
+    assert cfg.rollout.sampling.stop == ["x", "y"] and cfg.rollout.sampling.max_tokens == 96
+    with pytest.raises(RootConfigError, match=r"\['min_pp'\] are neither"):
+        resolve("--sampling.min_pp", "0.1")
+    for argv in (["--sampling.min_p"], ["--samplings.min_p", "1"], ["--frobnicate", "2"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(argv)
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
