@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from twinkle_agentic.checks import check_keys as check_known_keys
 from twinkle_agentic.checks import check_positive
 from twinkle_agentic.errors import ConfigError
 from twinkle_agentic.loading import load_object as _load_object
@@ -22,12 +23,7 @@ class DeploymentConfigError(ConfigError):
 
 def check_keys(where: str, given: Mapping[str, Any], allowed: Iterable[str]) -> None:
     """Reject unknown keys by name, listing the accepted ones (no silent fallbacks)."""
-    if not isinstance(given, Mapping):
-        raise DeploymentConfigError(f"{where} must be a mapping, got {type(given).__name__}")
-    allowed = sorted(allowed)
-    unknown = sorted(set(given) - set(allowed))
-    if unknown:
-        raise DeploymentConfigError(f"{where}: unknown key(s) {unknown}; accepted keys: {allowed}")
+    check_known_keys(where, given, sorted(allowed), error=DeploymentConfigError)
 
 
 def positive_number(where: str, value: Any, *, allow_none: bool = False, integer: bool = False) -> Any:

@@ -1,4 +1,5 @@
-"""Value checks for settings, written once: positive numbers, and values against plain type hints.
+"""Value checks for settings, written once: mappings of known keys, positive numbers, and values
+against plain type hints.
 
 Every config layer (the jobs, the farm, the Serve apps, the pipeline's steps) refuses a bad number
 or a value of the wrong type with the same wording, naming the setting; ``error`` picks the
@@ -9,11 +10,25 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import ConfigError
 
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
+
+
+def check_keys(
+    label: str, given: Any, allowed: Iterable[str], *, error: type[ConfigError] = ConfigError
+) -> Mapping[str, Any]:
+    """``given`` when it is a mapping whose keys are all ``allowed``; else ``error`` naming ``label``,
+    the unknown keys and the accepted ones (no silent fallbacks)."""
+    if not isinstance(given, Mapping):
+        raise error(f"{label} must be a mapping, got {type(given).__name__}")
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise error(f"{label}: unknown key(s) {unknown}; known: {list(allowed)}")
+    return given
 
 
 def check_positive(

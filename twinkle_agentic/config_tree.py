@@ -19,7 +19,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .checks import type_problem
+from .checks import check_keys, type_problem
 from .errors import ConfigError
 
 
@@ -84,12 +84,10 @@ def build(cls: type, data: Mapping[str, Any], where: str, error: type[ConfigErro
         return error(message if where in ("", "config") else f"{where}: {message}")
 
     label = path or "config"
-    if not isinstance(data, Mapping):
-        raise fail(f"{label} must be a mapping, got {type(data).__name__}")
-    known = surface_keys(cls)
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise fail(f"{label}: unknown key(s) {unknown}; known: {known}")
+    try:
+        check_keys(label, data, surface_keys(cls), error=error)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
     types = hints(cls)
     values: dict[str, Any] = {}
     for f in config_fields(cls):
