@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from twinkle_agentic.net import free_port, free_ports  # noqa: F401  (free_port: re-exported for callers of the head)
+from twinkle_agentic.net import free_ports
 
 from .auth import auth_headers, ray_environment
 from .worker_pool import worker_pool_config

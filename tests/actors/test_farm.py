@@ -23,9 +23,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 def services(ray_local, tmp_path_factory):
     """The demo tools (two replicas) and the guessing-game env, deployed the way the job does."""
     from ray import serve
-    from twinkle_agentic.cluster.head import free_port
     from twinkle_agentic.jobs.rollout.config import config_from_mapping
     from twinkle_agentic.jobs.rollout.services import deploy
+
+    from twinkle_agentic.net import free_port
 
     cfg = config_from_mapping(job_settings(tmp_path_factory.mktemp("farm"), free_port(), tool_replicas=2))
     deployed = deploy(cfg, embedded=False)  # the farm fixture waits for it while its engine starts

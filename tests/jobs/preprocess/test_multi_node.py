@@ -23,11 +23,12 @@ from pathlib import Path
 import pytest
 from twinkle_agentic.cluster import LocalHead
 from twinkle_agentic.cluster.auth import auth_headers
-from twinkle_agentic.cluster.head import free_ports, stop_process_group
+from twinkle_agentic.cluster.head import stop_process_group
 from twinkle_agentic.jobs.preprocess.steps import StepSpec, build_step
 
 from tests.support.job_data import read_outputs, reference_outputs
 from tests.support.paths import REPO_ROOT
+from twinkle_agentic.net import free_ports
 from twinkle_agentic.preprocessor import run_pipeline
 
 pytestmark = pytest.mark.integration

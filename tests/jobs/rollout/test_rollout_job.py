@@ -55,7 +55,8 @@ def test_interrupted_job_resumes_under_ray_job_submit_without_loss_or_duplicates
     from ray import serve
     from twinkle_agentic.cluster import LocalHead
     from twinkle_agentic.cluster.auth import ray_environment
-    from twinkle_agentic.cluster.head import free_port
+
+    from twinkle_agentic.net import free_port
 
     settings = job_settings(tmp_path, free_port(), limit=16)
     config = tmp_path / "rollout.yaml"
