@@ -32,7 +32,8 @@ NOT_STEPS = ("Filter", "Mapper", "PipelineRun", "StepStats", "merge_log_shards",
 
 
 class PipelineConfigError(ConfigError):
-    """The pipeline configuration is invalid; the message names the entry and the fix."""
+    """The pipeline configuration (its steps, inputs, output or options) is invalid; the message names
+    the entry and the fix."""
 
 
 @dataclass

@@ -89,7 +89,7 @@ def test_cli_refuses_existing_output_and_reports_config_errors(chat_inputs, tmp_
     assert main(["--input", str(chat_inputs), "--output", "/proc/twinkle-none/out"]) == 2
     captured = capsys.readouterr()
     assert "cannot use output '/proc/twinkle-none/out': " in captured.err
-    assert captured.out.strip().splitlines()[-1].startswith("preprocess: not started (ConfigError)")
+    assert captured.out.strip().splitlines()[-1].startswith("preprocess: not started (PipelineConfigError)")
     assert main(["--input", str(chat_inputs), "--output", "/proc"]) == 2
     assert "cannot write into the output folder '/proc': " in capsys.readouterr().err
 
