@@ -32,6 +32,7 @@ from twinkle_agentic.preprocessor.pipeline import unique_names
 
 from .config import PreprocessConfig
 from .frame import DPART, PART_SPACE
+from .ray_tuning import short_run_scheduling
 from .report import RunSummary, write_reports
 from .shared_storage import claimed_output, stale_markers
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
@@ -431,7 +432,8 @@ def execute(
     ):
         ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
         sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
-        ds.write_datasink(sink)
+        with short_run_scheduling():
+            ds.write_datasink(sink)
     return cluster, sink.result or SinkResult(), time.perf_counter() - start
 
 
