@@ -27,6 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from twinkle_agentic.actors.config import FarmOptions  # noqa: E402
+
 from bench.records import emit_record, git_sha  # noqa: E402
 
 for _key, _value in {"TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}.items():
@@ -49,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="model directory (default: the bundled tiny model)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds per farm")
     p.add_argument("--repeat", type=int, default=2, help="copies of each demo prompt per round")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=FarmOptions().batch_size)
     p.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the embedded cluster")
     p.add_argument("--json-out", default=None, help="append the JSON record to this file")
     return p

@@ -35,6 +35,8 @@ sys.path.insert(0, str(ROOT))
 for key, value in {"VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1"}.items():
     os.environ.setdefault(key, value)
 
+from twinkle_agentic.rollout.base import DEFAULT_MAX_TURNS  # noqa: E402
+
 TOOL_KINDS = ("weather", "calculator", "two_city", "game")
 
 
@@ -42,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=str(ROOT / "twinkle_agentic" / "assets" / "tiny_agent"))
     p.add_argument("--per-kind", type=int, default=40, help="held-out prompts per tool kind")
-    p.add_argument("--max-turns", type=int, default=6)
+    p.add_argument("--max-turns", type=int, default=DEFAULT_MAX_TURNS)
     p.add_argument("--max-tokens", type=int, default=96, help="per-turn generation limit")
     p.add_argument("--json-out", default=None, help="also write the figures here")
     p.add_argument("--show-failures", type=int, default=3, help="print this many failures per kind")
