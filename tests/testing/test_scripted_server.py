@@ -9,7 +9,8 @@ import urllib.request
 
 import pytest
 
-from twinkle_agentic.testing.scripted_server import ScriptedServer, byte_tokens, render_chatml
+from twinkle_agentic.testing.scripted_chat import byte_tokens, render_chatml
+from twinkle_agentic.testing.scripted_server import ScriptedServer
 
 WEATHER = {
     "type": "function",

@@ -8,7 +8,7 @@ import pytest
 from twinkle_agentic.preprocessor import ScoreFilter
 from twinkle_agentic.preprocessor.score import OpenAIBackend
 from twinkle_agentic.preprocessor.score.backends.openai import server_root
-from twinkle_agentic.testing.scripted_server import byte_tokens, default_logprob, render_chatml
+from twinkle_agentic.testing.scripted_chat import byte_tokens, default_logprob, render_chatml
 
 
 def backend(server, **kw) -> OpenAIBackend:
