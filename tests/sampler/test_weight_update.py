@@ -13,6 +13,7 @@ transformers float32 forward agree up to summation order, so the comparisons are
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -36,12 +37,14 @@ def perturbed_checkpoint(tmp_path_factory, tiny_model_path, original_tensors):
     from safetensors.torch import save_file
 
     directory = tmp_path_factory.mktemp("perturbed")
-    for path in __import__("pathlib").Path(tiny_model_path).iterdir():
+    for path in Path(tiny_model_path).iterdir():
         if path.suffix != ".safetensors":
             shutil.copy(path, directory / path.name)
     gen = torch.Generator().manual_seed(0)
     noisy = {
-        name: t + 0.3 * t.std() * torch.randn(t.shape, generator=gen, dtype=t.dtype) if t.dim() == 2 else t.clone()
+        name: t + 0.3 * t.std() * torch.randn(t.shape, generator=gen, dtype=t.dtype)
+        if t.dim() == 2
+        else t.clone()
         for name, t in original_tensors.items()
     }
     save_file(noisy, str(directory / "model.safetensors"), metadata={"format": "pt"})
@@ -88,7 +91,10 @@ def assert_serves(sampler, prompt, model_dir) -> list[float]:
 
 
 def differs(a: list[float], b: list[float]) -> bool:
-    return len(a) != len(b) or max(abs(x - y) for x, y in zip(a, b, strict=True)) > 100 * FLOAT32_LOGPROB_TOLERANCE
+    return (
+        len(a) != len(b)
+        or max(abs(x - y) for x, y in zip(a, b, strict=True)) > 100 * FLOAT32_LOGPROB_TOLERANCE
+    )
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +103,21 @@ def float32_sampler(tiny_model_path):
     pytest.importorskip("vllm")
     from twinkle_agentic.sampler import VLLMSampler
 
-    sampler = VLLMSampler(tiny_model_path, max_model_len=1024, seed=0, dtype="float32", enable_prefix_caching=True, sampling_overrides={"ignore_eos": True})
+    sampler = VLLMSampler(
+        tiny_model_path,
+        max_model_len=1024,
+        seed=0,
+        dtype="float32",
+        enable_prefix_caching=True,
+        sampling_overrides={"ignore_eos": True},
+    )
     yield sampler
     sampler.shutdown()
 
 
-def test_checkpoint_then_tensors_round_trip(float32_sampler, tiny_model_path, perturbed_checkpoint, original_tensors, prompt_ids):
+def test_checkpoint_then_tensors_round_trip(
+    float32_sampler, tiny_model_path, perturbed_checkpoint, original_tensors, prompt_ids
+):
     """Perturbed checkpoint -> version 1 serving the new weights (not from the old prompt KV); the
     original tensors in small buckets -> version 2 serving the original logprobs again."""
     sampler = float32_sampler
@@ -118,20 +133,28 @@ def test_checkpoint_then_tensors_round_trip(float32_sampler, tiny_model_path, pe
     state = dict(original_tensors)
     state["lm_head.weight"] = state["model.embed_tokens.weight"]
     assert sampler.update_weights(state, bucket_bytes=64 * 1024) == 2
-    assert assert_serves(sampler, prompt_ids, tiny_model_path) == pytest.approx(original, abs=FLOAT32_LOGPROB_TOLERANCE)
+    assert assert_serves(sampler, prompt_ids, tiny_model_path) == pytest.approx(
+        original, abs=FLOAT32_LOGPROB_TOLERANCE
+    )
 
 
 @pytest.mark.parametrize(
     "change, named",
     [
         (lambda w: w.pop("model.layers.0.mlp.up_proj.weight"), "model.layers.0.mlp.up_proj.weight"),
-        (lambda w: w.__setitem__("model.layers.9.mlp.up_proj.weight", w["model.layers.0.mlp.up_proj.weight"]),
-         "model.layers.9.mlp.up_proj.weight"),
+        (
+            lambda w: w.__setitem__(
+                "model.layers.9.mlp.up_proj.weight", w["model.layers.0.mlp.up_proj.weight"]
+            ),
+            "model.layers.9.mlp.up_proj.weight",
+        ),
         (lambda w: w.__setitem__("model.norm.weight", w["model.norm.weight"][:-1]), "model.norm.weight"),
     ],
     ids=["missing", "extra", "misshaped"],
 )
-def test_bad_payload_is_refused_and_the_engine_keeps_its_weights(float32_sampler, perturbed_checkpoint, original_tensors, prompt_ids, change, named):
+def test_bad_payload_is_refused_and_the_engine_keeps_its_weights(
+    float32_sampler, perturbed_checkpoint, original_tensors, prompt_ids, change, named
+):
     from safetensors.torch import load_file
 
     from twinkle_agentic.errors import ConfigError
@@ -163,13 +186,22 @@ def test_async_sampler_update_round_trip(tiny_model_path, perturbed_checkpoint, 
     pytest.importorskip("vllm")
     from twinkle_agentic.sampler import AsyncVLLMSampler
 
-    sampler = AsyncVLLMSampler(tiny_model_path, max_model_len=1024, seed=0, dtype="float32", enable_prefix_caching=True, sampling_overrides={"ignore_eos": True})
+    sampler = AsyncVLLMSampler(
+        tiny_model_path,
+        max_model_len=1024,
+        seed=0,
+        dtype="float32",
+        enable_prefix_caching=True,
+        sampling_overrides={"ignore_eos": True},
+    )
     try:
         original = assert_serves(sampler, prompt_ids, tiny_model_path)
         assert sampler.update_weights(perturbed_checkpoint) == 1
         assert sampler.ready()["policy_version"] == 1
         assert differs(assert_serves(sampler, prompt_ids, perturbed_checkpoint), original)
         assert sampler.update_weights(original_tensors) == 2
-        assert assert_serves(sampler, prompt_ids, tiny_model_path) == pytest.approx(original, abs=FLOAT32_LOGPROB_TOLERANCE)
+        assert assert_serves(sampler, prompt_ids, tiny_model_path) == pytest.approx(
+            original, abs=FLOAT32_LOGPROB_TOLERANCE
+        )
     finally:
         sampler.shutdown()

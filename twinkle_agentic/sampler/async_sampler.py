@@ -137,7 +137,9 @@ class AsyncVLLMSampler:
             self._shapes = checkpoint_shapes(model_directory(self.config.model))
         return self._shapes
 
-    def update_weights(self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> int:
+    def update_weights(
+        self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    ) -> int:
         """Load new policy weights into the running engine and return the new policy version.
 
         As ``VLLMSampler.update_weights``; here generation is paused around the load

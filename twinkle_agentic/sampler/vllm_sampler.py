@@ -88,7 +88,9 @@ class VLLMSampler:
             self._shapes = checkpoint_shapes(model_directory(self.config.model))
         return self._shapes
 
-    def update_weights(self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> int:
+    def update_weights(
+        self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    ) -> int:
         """Load new policy weights into the running engine and return the new policy version.
 
         ``weights`` is a checkpoint directory or in-memory tensors; ``sampler.weights`` says which path
@@ -111,7 +113,7 @@ class VLLMSampler:
         finally:
             self.engine.collective_rpc(FINISH_UPDATE)
         if not self.engine.reset_prefix_cache():
-            raise RuntimeError("vLLM refused to reset the prefix cache after a weight update (requests still running)")
+            raise RuntimeError("vLLM refused to reset the prefix cache after a weight update (requests running)")
 
     def get_tokenizer(self) -> Any:
         return self.engine.get_tokenizer()

