@@ -29,10 +29,8 @@ from .weights import (
     DEFAULT_BUCKET_BYTES,
     FINISH_UPDATE,
     START_UPDATE,
-    Shapes,
+    ServedWeights,
     WeightUpdate,
-    checkpoint_shapes,
-    model_directory,
     next_version,
     prepare_update,
     with_loader_extension,
@@ -42,7 +40,7 @@ ENGINE_START_TIMEOUT_S = 600.0
 
 
 @remote_class(max_concurrency=1000)
-class AsyncVLLMSampler:
+class AsyncVLLMSampler(ServedWeights):
     """Samples with ``vllm.v1.engine.async_llm.AsyncLLM`` built from ``VLLMEngineConfig(model, **config)``.
 
     ``sampling_overrides`` as for ``VLLMSampler``.
@@ -64,8 +62,6 @@ class AsyncVLLMSampler:
             self._stop_loop()
             raise
         self.max_model_len = int(self.engine.model_config.max_model_len)
-        self._policy_version = 0
-        self._shapes: Shapes | None = None
         self._update_lock = threading.Lock()
 
     async def _start_engine(self) -> Any:
@@ -115,27 +111,6 @@ class AsyncVLLMSampler:
     def sample(self, inputs: list[InputFeature], sampling_params: ParamsArg = None) -> list[SampleResponse]:
         """The batched contract: all requests in flight at once, results in input order."""
         return self._run(self.sample_async(inputs, sampling_params))
-
-    def ready(self) -> dict[str, Any]:
-        from vllm.platforms import current_platform
-
-        return {
-            "model": self.config.model,
-            "max_model_len": self.max_model_len,
-            "device": current_platform.device_type,
-            "policy_version": self._policy_version,
-        }
-
-    @property
-    def policy_version(self) -> int:
-        """0 for the weights the engine started with, then the version each ``update_weights`` returned."""
-        return self._policy_version
-
-    def checkpoint_shapes(self) -> Shapes:
-        """Names and shapes of the engine's checkpoint tensors, which every update must match."""
-        if self._shapes is None:
-            self._shapes = checkpoint_shapes(model_directory(self.config.model))
-        return self._shapes
 
     def update_weights(
         self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES

@@ -19,10 +19,8 @@ from .weights import (
     DEFAULT_BUCKET_BYTES,
     FINISH_UPDATE,
     START_UPDATE,
-    Shapes,
+    ServedWeights,
     WeightUpdate,
-    checkpoint_shapes,
-    model_directory,
     next_version,
     prepare_update,
     with_loader_extension,
@@ -30,7 +28,7 @@ from .weights import (
 
 
 @remote_class()
-class VLLMSampler:
+class VLLMSampler(ServedWeights):
     """Samples token-id prompts with a ``vllm.LLM`` built from ``VLLMEngineConfig(model, **config)``.
 
     ``sampling_overrides`` are ``vllm.SamplingParams`` fields applied to every request on top of the
@@ -46,8 +44,6 @@ class VLLMSampler:
         self.sampling_overrides = dict(sampling_overrides or {})
         self.engine = LLM(**with_loader_extension(self.config.to_engine_kwargs()))
         self.max_model_len = int(self.engine.llm_engine.model_config.max_model_len)
-        self._policy_version = 0
-        self._shapes: Shapes | None = None
 
     def sample(self, inputs: list[InputFeature], sampling_params: ParamsArg = None) -> list[SampleResponse]:
         prompts, params, answered = fit_to_context(inputs, sampling_params, self.max_model_len)
@@ -64,29 +60,6 @@ class VLLMSampler:
         responses = dict(answered)
         responses.update({i: to_sample_response(out) for i, out in zip(todo, outputs, strict=True)})
         return check_responses([responses[i] for i in range(len(prompts))], len(prompts))
-
-    def ready(self) -> dict[str, Any]:
-        """What a driver checks before sending work: the model, its context length, the device and the
-        policy version of the weights it serves."""
-        from vllm.platforms import current_platform
-
-        return {
-            "model": self.config.model,
-            "max_model_len": self.max_model_len,
-            "device": current_platform.device_type,
-            "policy_version": self._policy_version,
-        }
-
-    @property
-    def policy_version(self) -> int:
-        """0 for the weights the engine started with, then the version each ``update_weights`` returned."""
-        return self._policy_version
-
-    def checkpoint_shapes(self) -> Shapes:
-        """Names and shapes of the engine's checkpoint tensors, which every update must match."""
-        if self._shapes is None:
-            self._shapes = checkpoint_shapes(model_directory(self.config.model))
-        return self._shapes
 
     def update_weights(
         self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES

@@ -45,6 +45,40 @@ class WeightUpdateError(ConfigError):
     """A weight update was refused before anything was loaded; the message names the tensor or setting."""
 
 
+class ServedWeights:
+    """What both samplers keep about the weights their engine serves: the policy version and the
+    checkpoint's tensor shapes every update must match. A host sets ``config`` (its
+    ``VLLMEngineConfig``) and ``max_model_len``."""
+
+    config: Any
+    max_model_len: int
+    _policy_version: int = 0
+    _shapes: Shapes | None = None
+
+    def ready(self) -> dict[str, Any]:
+        """What a driver checks before sending work: the model, its context length, the device and the
+        policy version of the weights it serves."""
+        from vllm.platforms import current_platform
+
+        return {
+            "model": self.config.model,
+            "max_model_len": self.max_model_len,
+            "device": current_platform.device_type,
+            "policy_version": self._policy_version,
+        }
+
+    @property
+    def policy_version(self) -> int:
+        """0 for the weights the engine started with, then the version each ``update_weights`` returned."""
+        return self._policy_version
+
+    def checkpoint_shapes(self) -> Shapes:
+        """Names and shapes of the engine's checkpoint tensors, which every update must match."""
+        if self._shapes is None:
+            self._shapes = checkpoint_shapes(model_directory(self.config.model))
+        return self._shapes
+
+
 def with_loader_extension(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
     """The engine arguments with this module's worker extension, which ``update_weights`` calls."""
     current = engine_kwargs.get("worker_extension_cls")
