@@ -26,13 +26,10 @@ from twinkle_agentic.remote import remote_class
 from .base import DeviceMesh, ParamsArg, check_responses, context_full_response, to_sample_response
 from .engine import VLLMEngineConfig, fit_to_context
 from .weights import (
-    DEFAULT_BUCKET_BYTES,
     FINISH_UPDATE,
     START_UPDATE,
     ServedWeights,
     WeightUpdate,
-    next_version,
-    prepare_update,
     with_loader_extension,
 )
 
@@ -112,22 +109,11 @@ class AsyncVLLMSampler(ServedWeights):
         """The batched contract: all requests in flight at once, results in input order."""
         return self._run(self.sample_async(inputs, sampling_params))
 
-    def update_weights(
-        self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES
-    ) -> int:
-        """Load new policy weights into the running engine and return the new policy version.
-
-        As ``VLLMSampler.update_weights``; here generation is paused around the load
-        (``AsyncLLM.pause_generation(mode="wait")``): requests already running finish on the old
-        weights, requests that arrive meanwhile wait and then run on the new ones. The payload is
-        checked and packed on the caller's thread, before the engine pauses.
-        """
-        update = prepare_update(weights, self.checkpoint_shapes(), bucket_bytes=bucket_bytes)
-        with self._update_lock:
-            new_version = next_version(self._policy_version, version)
-            self._run(self._load_on_loop(update))
-            self._policy_version = new_version
-        return new_version
+    def _load(self, update: WeightUpdate) -> None:
+        """Generation is paused around the load (``AsyncLLM.pause_generation(mode="wait")``): requests
+        already running finish on the old weights, requests that arrive meanwhile wait and then run
+        on the new ones."""
+        self._run(self._load_on_loop(update))
 
     async def _load_on_loop(self, update: WeightUpdate) -> None:
         await self.engine.pause_generation(mode="wait", clear_cache=True)

@@ -8,6 +8,7 @@ engine: ``VLLMSampler.options(num_gpus=1).remote(model)``; a rollout then calls
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from twinkle_agentic.data_format import InputFeature, SampleResponse
@@ -16,13 +17,10 @@ from twinkle_agentic.remote import remote_class
 from .base import DeviceMesh, ParamsArg, check_responses, to_sample_response
 from .engine import VLLMEngineConfig, fit_to_context
 from .weights import (
-    DEFAULT_BUCKET_BYTES,
     FINISH_UPDATE,
     START_UPDATE,
     ServedWeights,
     WeightUpdate,
-    next_version,
-    prepare_update,
     with_loader_extension,
 )
 
@@ -44,6 +42,7 @@ class VLLMSampler(ServedWeights):
         self.sampling_overrides = dict(sampling_overrides or {})
         self.engine = LLM(**with_loader_extension(self.config.to_engine_kwargs()))
         self.max_model_len = int(self.engine.llm_engine.model_config.max_model_len)
+        self._update_lock = threading.Lock()
 
     def sample(self, inputs: list[InputFeature], sampling_params: ParamsArg = None) -> list[SampleResponse]:
         prompts, params, answered = fit_to_context(inputs, sampling_params, self.max_model_len)
@@ -61,24 +60,8 @@ class VLLMSampler(ServedWeights):
         responses.update({i: to_sample_response(out) for i, out in zip(todo, outputs, strict=True)})
         return check_responses([responses[i] for i in range(len(prompts))], len(prompts))
 
-    def update_weights(
-        self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES
-    ) -> int:
-        """Load new policy weights into the running engine and return the new policy version.
-
-        ``weights`` is a checkpoint directory or in-memory tensors; ``sampler.weights`` says which path
-        each takes. The payload is checked first (a missing, extra or misshaped tensor raises
-        ``WeightUpdateError`` and the engine keeps its weights); after loading, the prefix cache is
-        reset so no KV computed by the old weights is reused. ``sample`` runs on the same thread, so
-        no request is in flight during the update.
-        """
-        update = prepare_update(weights, self.checkpoint_shapes(), bucket_bytes=bucket_bytes)
-        new_version = next_version(self._policy_version, version)
-        self._load(update)
-        self._policy_version = new_version
-        return new_version
-
     def _load(self, update: WeightUpdate) -> None:
+        """``sample`` runs on the same thread, so no request is in flight during the update."""
         self.engine.collective_rpc(START_UPDATE)
         try:
             for method, args in update.loads:

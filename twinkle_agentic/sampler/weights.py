@@ -23,6 +23,7 @@ fed from the trainer's process group, are not wired up yet.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ class ServedWeights:
     max_model_len: int
     _policy_version: int = 0
     _shapes: Shapes | None = None
+    _update_lock: threading.Lock
 
     def ready(self) -> dict[str, Any]:
         """What a driver checks before sending work: the model, its context length, the device and the
@@ -77,6 +79,28 @@ class ServedWeights:
         if self._shapes is None:
             self._shapes = checkpoint_shapes(model_directory(self.config.model))
         return self._shapes
+
+    def update_weights(
+        self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    ) -> int:
+        """Load new policy weights into the running engine and return the new policy version.
+
+        ``weights`` is a checkpoint directory or in-memory tensors (this module's docstring says which
+        path each takes). The payload is checked and packed on the caller's thread first: a missing,
+        extra or misshaped tensor raises ``WeightUpdateError`` and the engine keeps its weights. After
+        loading, the prefix cache is reset so no KV computed by the old weights is reused. Updates
+        run one at a time.
+        """
+        update = prepare_update(weights, self.checkpoint_shapes(), bucket_bytes=bucket_bytes)
+        with self._update_lock:
+            new_version = next_version(self._policy_version, version)
+            self._load(update)
+            self._policy_version = new_version
+        return new_version
+
+    def _load(self, update: WeightUpdate) -> None:
+        """Run ``update``'s start, load and finish calls on the engine, then reset its prefix cache."""
+        raise NotImplementedError
 
 
 def with_loader_extension(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
