@@ -102,6 +102,10 @@ def test_every_config_error_class_has_the_one_root():
         ("twinkle_agentic.preprocessor.pii.filter", "PIIConfigError"),
         ("twinkle_agentic.data_format.sampling", "SamplingConfigError"),
         ("twinkle_agentic.sampler.engine", "EngineConfigError"),
+        ("twinkle_agentic.sampler.weights", "WeightUpdateError"),
+        ("twinkle_agentic.preprocessor.step_specs", "PipelineConfigError"),
+        ("twinkle_agentic.io.inputs", "InputError"),
+        ("twinkle_agentic.loading", "LoadError"),
     ]
     for module, name in classes:
         assert issubclass(getattr(importlib.import_module(module), name), ConfigError), f"{module}.{name}"
