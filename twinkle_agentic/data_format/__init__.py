@@ -1,8 +1,24 @@
 """Data formats shared by every component: plain dicts typed with TypedDicts, plus sampling dataclasses."""
 
 from .message import ContentPart, FunctionCall, FunctionSchema, Message, Role, Tool, ToolCall, ToolInfo
-from .sampling import SampledSequence, SampleResponse, SamplingParams, StopReason, TokenLogprob
-from .trajectory import InputFeature, Trajectory, UserData, pack_value, user_data_get, user_data_set
+from .sampling import (
+    PolicyVersionRuns,
+    SampledSequence,
+    SampleResponse,
+    SamplingParams,
+    StopReason,
+    TokenLogprob,
+    check_policy_version_runs,
+)
+from .trajectory import (
+    InputFeature,
+    PolicySpan,
+    Trajectory,
+    UserData,
+    pack_value,
+    user_data_get,
+    user_data_set,
+)
 
 __all__ = [
     "ContentPart",
@@ -10,6 +26,8 @@ __all__ = [
     "FunctionSchema",
     "InputFeature",
     "Message",
+    "PolicySpan",
+    "PolicyVersionRuns",
     "Role",
     "SampleResponse",
     "SampledSequence",
@@ -21,6 +39,7 @@ __all__ = [
     "ToolInfo",
     "Trajectory",
     "UserData",
+    "check_policy_version_runs",
     "pack_value",
     "user_data_get",
     "user_data_set",

@@ -213,14 +213,49 @@ class SamplingParams:
 _FIELD_NAMES = frozenset(f.name for f in fields(SamplingParams))
 
 
+PolicyVersionRuns = list[tuple[int, int]]
+
+
+def check_policy_version_runs(runs: Any, token_count: int) -> PolicyVersionRuns | None:
+    """``runs`` as a list of ``(version, token_count)`` tuples, or a ``ValueError`` naming the fault.
+
+    A run is a policy version and how many consecutive tokens it generated; the counts must sum to
+    ``token_count`` so every token has exactly one version. None (the sampler does not know) passes.
+    """
+    if runs is None:
+        return None
+    if isinstance(runs, (str, bytes)) or not isinstance(runs, (list, tuple)):
+        raise ValueError(f"policy_versions must be a list of (version, token_count) pairs, got {type(runs).__name__}")
+    out: PolicyVersionRuns = []
+    for run in runs:
+        if not isinstance(run, (list, tuple)) or len(run) != 2:
+            raise ValueError(f"policy_versions entry {run!r} is not a (version, token_count) pair")
+        version, count = run
+        if not _is_int(version) or version < 0:
+            raise ValueError(f"policy_versions entry {run!r}: the version must be an integer >= 0")
+        if not _is_int(count) or count < 0:
+            raise ValueError(f"policy_versions entry {run!r}: the token count must be an integer >= 0")
+        out.append((int(version), int(count)))
+    total = sum(count for _, count in out)
+    if total != token_count:
+        raise ValueError(f"policy_versions cover {total} tokens, but the sequence has {token_count}")
+    return out
+
+
 @dataclass
 class SampledSequence:
-    """One generated continuation. ``logprobs[k]`` belongs to ``tokens[k]``."""
+    """One generated continuation. ``logprobs[k]`` belongs to ``tokens[k]``.
+
+    ``policy_versions`` says which weights generated which tokens: runs of ``(version, token_count)``
+    over ``tokens`` in order (``[(0, 12), (1, 30)]`` when an update landed after 12 tokens), counts
+    summing to ``len(tokens)``; None when the sampler does not know (e.g. an OpenAI-compatible API).
+    """
 
     tokens: list[int]
     logprobs: list[TokenLogprob] | None = None
     stop_reason: StopReason = "stop"
     decoded: str | None = None
+    policy_versions: PolicyVersionRuns | None = None
 
 
 @dataclass

@@ -11,8 +11,22 @@ from .message import Message, Tool
 UserData = list[tuple[str, str]]
 
 
+class PolicySpan(TypedDict):
+    """Generated tokens ``input_ids[start:end]`` (half-open) came from policy ``version``."""
+
+    version: int
+    start: int
+    end: int
+
+
 class Trajectory(TypedDict, total=False):
-    """A conversation plus what a rollout or trainer attaches to it; free keys are allowed."""
+    """A conversation plus what a rollout or trainer attaches to it; free keys are allowed.
+
+    An engine rollout adds, among others, ``policy_version`` (the version of the weights that
+    generated the last token) and ``policy_versions`` (``PolicySpan`` objects over ``input_ids``: one
+    per assistant turn, several when a weight update landed inside a turn); both are None where the
+    versions are unknown (the API rollout), and ``policy_version`` is None when no token was generated.
+    """
 
     messages: list[Message]
     tools: list[Tool]
@@ -20,6 +34,8 @@ class Trajectory(TypedDict, total=False):
     images: list[Any]
     videos: list[Any]
     audios: list[Any]
+    policy_version: int | None
+    policy_versions: list[PolicySpan] | None
 
 
 class InputFeature(TypedDict, total=False):

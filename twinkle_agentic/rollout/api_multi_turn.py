@@ -69,7 +69,8 @@ class APIMultiTurnRollout(Rollout):
     end the trajectory with ``api_error``.
 
     Output: the input trajectory plus ``messages``, ``turns`` (assistant messages appended),
-    ``stop_reason``, ``truncated`` and ``error`` when set.
+    ``stop_reason``, ``truncated``, ``error`` when set, and ``policy_version`` / ``policy_versions``,
+    always None: an API does not say which weights served it.
 
     ``concurrency`` is the number of API calls in flight (the seeds' pool size). A trajectory
     keeps its slot from one call to its next while its tools run on the event loop
@@ -256,6 +257,7 @@ class _TrajectoryRun:
         return await asyncio.to_thread(self.api, request, self.params, **self.call_kwargs)
 
     async def __call__(self, trajectory: dict[str, Any], spec: ToolManagerSpec) -> None:
+        trajectory["policy_version"] = trajectory["policy_versions"] = None
         try:
             if spec is None or is_tool_manager(spec):
                 manager, owned = spec, False

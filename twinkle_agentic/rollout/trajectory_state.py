@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from twinkle_agentic.data_format import SampledSequence, ToolCall
@@ -73,7 +74,7 @@ class TrajectoryState:
         self.ledger: TokenLedger | None = None
         self.stop_reason: str | None = None
         self.error: str | None = None
-        self._pending: tuple[list[int], list[float] | None] | None = None
+        self._pending: Turn | None = None  # the generated part of the current turn, before its bridge
         self._pending_calls: list[ToolCall] = []
         self._missing_logprobs = False
 
@@ -117,9 +118,10 @@ class TrajectoryState:
     def on_generation(self, seq: SampledSequence) -> list[ToolCall] | None:
         """Steps 2-4: record the turn, build the assistant message, decide whether to stop."""
         self._expect_phase(generating=True)
-        self.turns += 1
         tokens = [int(t) for t in seq.tokens]
         logprobs = chosen_logprobs(tokens, seq.logprobs)
+        pending = Turn.of(tokens, logprobs, policy_versions=seq.policy_versions)  # refuses runs that miscount
+        self.turns += 1
         self._missing_logprobs |= logprobs is None
         text = self.template.decode(tokens, skip_special_tokens=True)
         calls = with_call_ids(self.template.parse_tool_call(text), self.turns)
@@ -127,7 +129,7 @@ class TrajectoryState:
         if calls:
             message["tool_calls"] = calls
         self.messages.append(message)
-        self._pending = (tokens, logprobs)
+        self._pending = pending
         if seq.stop_reason == "length":
             return self._close_turn(LENGTH)
         if seq.stop_reason in ("abort", "error"):
@@ -147,7 +149,7 @@ class TrajectoryState:
     def on_tools(self, results: Sequence[str] | BaseException) -> list[int] | None:
         """Steps 5-6: append tool messages and the bridge; next prompt ids, or None when ended."""
         self._expect_phase(generating=False)
-        calls, (tokens, logprobs) = self._pending_calls, self._pending
+        calls, pending = self._pending_calls, self._pending
         if isinstance(results, BaseException):
             return self._close_turn(ERROR, format_error(results, "ToolExecution"))
         if len(results) != len(calls):
@@ -156,10 +158,10 @@ class TrajectoryState:
         for index, (call, content) in enumerate(zip(calls, results, strict=True)):
             self.messages.append(tool_message(call, str(content), self.turns, index))
         try:
-            bridge = self._bridge_ids(self.messages[:before], self.messages, tokens)
+            bridge = self._bridge_ids(self.messages[:before], self.messages, list(pending.generated_ids))
         except Exception as exc:
             return self._close_turn(ERROR, format_error(exc))
-        self.ledger.append(Turn.of(tokens, logprobs, bridge))
+        self.ledger.append(replace(pending, bridge_ids=tuple(bridge)))
         self._pending, self._pending_calls = None, []
         room = self._room()
         if room is not None and room <= 0:  # the bridge reached a budget: no token could follow
@@ -189,8 +191,7 @@ class TrajectoryState:
 
     def _close_turn(self, reason: str, error: str | None = None) -> None:
         """End the trajectory on the pending generation (no bridge); returns None for the callers' return."""
-        tokens, logprobs = self._pending
-        self.ledger.append(Turn.of(tokens, logprobs, ()))
+        self.ledger.append(self._pending)
         self._pending, self._pending_calls = None, []
         self._end(reason, error)
         return None
@@ -215,7 +216,8 @@ class TrajectoryState:
         return ids
 
     def result(self) -> dict[str, Any]:
-        """Step 8 and the output: the input trajectory plus tokens, messages and outcome (aligned, checked)."""
+        """Step 8 and the output: the input trajectory plus tokens, policy versions, messages and outcome
+        (aligned, checked); every ending, ``error`` and ``length`` included, has the same keys."""
         if not self.done:
             raise RuntimeError("result() before the trajectory ended")
         out = dict(self.trajectory)

@@ -2,8 +2,9 @@
 
 Contract (SPEC 17.2): ``sample(List[InputFeature], SamplingParams) -> List[SampleResponse]``, one
 response per input in order, each with at least one sequence and ``len(logprobs) == len(tokens)``
-whenever logprobs are present. ``sampling_params`` may also be a list aligned with the inputs (the
-rollout uses that to cap each trajectory's tokens at its remaining budget).
+whenever logprobs are present, and ``policy_versions`` (when present) runs that cover the tokens
+exactly. ``sampling_params`` may also be a list aligned with the inputs (the rollout uses that to cap
+each trajectory's tokens at its remaining budget).
 
 Conversion from vLLM objects is duck-typed (``token_ids``, ``logprobs``, ``finish_reason``...) so it
 is unit-tested without an engine.
@@ -15,7 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from twinkle_agentic.data_format import InputFeature, SampledSequence, SampleResponse, SamplingParams
+from twinkle_agentic.data_format import (
+    InputFeature,
+    SampledSequence,
+    SampleResponse,
+    SamplingParams,
+    check_policy_version_runs,
+)
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}
 UNKNOWN_FINISH_REASON = "length"  # e.g. vLLM's "repetition": the sequence was cut, not finished
@@ -136,6 +143,10 @@ def check_responses(responses: Any, count: int) -> list[SampleResponse]:
                 raise RuntimeError(
                     f"sampler response {index}: {len(seq.logprobs)} logprobs for {len(seq.tokens)} tokens"
                 )
+            try:
+                check_policy_version_runs(getattr(seq, "policy_versions", None), len(seq.tokens))
+            except ValueError as exc:
+                raise RuntimeError(f"sampler response {index}: {exc}") from exc
     return list(responses)
 
 
