@@ -109,6 +109,7 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
             resumed=len(trajectories) - len(todo),
             total_in_output=len(final.ids),
             stop_reasons_in_output=final.stop_reasons,
+            policy_versions_in_output=final.policy_versions,
             wall_s=time.perf_counter() - start,
             rollout_s=rollout_s,
             startup_s=startup_s,

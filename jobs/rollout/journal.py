@@ -5,7 +5,7 @@ before the job moves on, so after a crash at most the batches in flight are lost
 one. On open, a torn last line (the process died mid-write) is cut off, and the ids already present
 are what a resumed run skips. ``run.json`` records the settings a trajectory depends on; resuming
 with different ones is refused. With ``output_format: parquet`` the journal is converted to
-``trajectories.parquet`` (typed token columns) once the run is complete.
+``trajectories.parquet`` (typed token and policy-version columns) once the run is complete.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import ConfigError
+from .summary import policy_version_key
 
 JOURNAL_FILE = "trajectories.jsonl"
 RUN_FILE = "run.json"
@@ -34,10 +35,11 @@ def to_record(trajectory: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class JournalState:
-    """What the journal already holds."""
+    """What the journal already holds: trajectory ids, and counts by stop reason and policy version."""
 
     ids: set[str] = field(default_factory=set)
     stop_reasons: Counter = field(default_factory=Counter)
+    policy_versions: Counter = field(default_factory=Counter)
     truncated_bytes: int = 0
 
 
@@ -90,7 +92,7 @@ class Journal:
             )
 
     def recover(self) -> JournalState:
-        """Cut a torn last line, then read the ids (and stop reasons) of every finished trajectory."""
+        """Cut a torn last line, then read the ids (stop reasons, policy versions) of every finished trajectory."""
         state = JournalState()
         if not os.path.exists(self.path):
             return state
@@ -113,6 +115,7 @@ class Journal:
             if tid not in state.ids:
                 state.ids.add(str(tid))
                 state.stop_reasons[record.get("stop_reason")] += 1
+                state.policy_versions[policy_version_key(record)] += 1
         return state
 
     def append(self, trajectories: list[dict[str, Any]]) -> None:
@@ -215,14 +218,15 @@ def _fsync_directory(directory: str) -> None:
 
 TYPED_COLUMNS = (
     "trajectory_id", "prompt_id", "sample_index", "input_ids", "labels", "logprobs", "length", "turns",
-    "stop_reason", "truncated", "error", "token_drift", "worker", "attempts",
+    "stop_reason", "truncated", "error", "token_drift", "worker", "attempts", "policy_version", "policy_versions",
 )  # fmt: skip
 JSON_COLUMNS = ("messages", "tools", "user_data", "env_rewards")
 
 
 def parquet_schema() -> Any:
-    """Fixed columns, so every run's file has the same shape: token columns typed for training,
-    the schemaless parts (messages, tools, anything else) as JSON text."""
+    """Fixed columns, so every run's file has the same shape: token columns typed for training (with
+    ``policy_versions`` as ``{version, start, end}`` structs over ``input_ids``), the schemaless parts
+    (messages, tools, anything else) as JSON text."""
     import pyarrow as pa
 
     return pa.schema(
@@ -241,6 +245,15 @@ def parquet_schema() -> Any:
             pa.field("token_drift", pa.int32()),
             pa.field("worker", pa.int32()),
             pa.field("attempts", pa.int32()),
+            pa.field("policy_version", pa.int64()),
+            pa.field(
+                "policy_versions",
+                pa.list_(
+                    pa.struct(
+                        [pa.field("version", pa.int64()), pa.field("start", pa.int32()), pa.field("end", pa.int32())]
+                    )
+                ),
+            ),
         ]
         + [pa.field(name, pa.large_string()) for name in JSON_COLUMNS]
         + [pa.field("extra", pa.large_string())]

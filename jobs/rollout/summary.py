@@ -13,7 +13,10 @@ Definitions (measured inside the workers, see ``actors/activity.py``):
   generation requests in flight, whatever the reason (tools, bookkeeping, no batch); the same measure
   in every mode (``sync``: between batched turns; ``async``: when no trajectory is generating);
 - ``trajectory_retries``: extra attempts a failure policy made (``async`` mode's ``rollout_attempts``);
-- ``worker_utilisation``: time inside batches over workers x rollout wall time.
+- ``worker_utilisation``: time inside batches over workers x rollout wall time;
+- ``policy_versions``: trajectories per policy version (the version of the weights that generated a
+  trajectory's last token; ``"none"`` where unknown or no token was generated), for this run and,
+  as ``policy_versions_in_output``, for the whole output.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+def policy_version_key(trajectory: dict[str, Any]) -> str:
+    """The key a trajectory is counted under: its ``policy_version`` as a string, ``"none"`` without one."""
+    version = trajectory.get("policy_version")
+    return "none" if version is None else str(version)
+
+
 @dataclass
 class RolloutTally:
     """Running totals while batches come back."""
@@ -43,6 +52,7 @@ class RolloutTally:
     generated_tokens: int = 0
     total_tokens: int = 0
     stop_reasons: Counter = field(default_factory=Counter)
+    policy_versions: Counter = field(default_factory=Counter)
     activity: Activity = field(default_factory=Activity)
     retries: int = 0
 
@@ -51,6 +61,7 @@ class RolloutTally:
         self.generated_tokens += generated_tokens
         self.total_tokens += sum(len(t.get("input_ids") or []) for t in trajectories)
         self.stop_reasons.update(t.get("stop_reason") for t in trajectories)
+        self.policy_versions.update(policy_version_key(t) for t in trajectories)
         self.retries += sum(max(0, int(t.get("rollout_attempts") or 1) - 1) for t in trajectories)
         self.activity = self.activity + activity
 
@@ -69,6 +80,7 @@ class RolloutSummary:
     engines: int
     restarts: int
     given_up: int
+    policy_versions_in_output: Counter = field(default_factory=Counter)
     cluster: str = ""
     services: dict[str, str] = field(default_factory=dict)
 
@@ -83,6 +95,7 @@ class RolloutSummary:
             "resumed_from_earlier_runs": self.resumed,
             "trajectories_in_output": self.total_in_output,
             "stop_reasons_in_output": dict(self.stop_reasons_in_output),
+            "policy_versions_in_output": dict(self.policy_versions_in_output),
             "wall_s": round(self.wall_s, 3),
             "rollout_s": round(self.rollout_s, 3),
             "engine_startup_s": round(self.startup_s, 3),
@@ -120,6 +133,8 @@ class RolloutSummary:
             f"  restarts       {self.restarts} worker restart(s), {self.given_up} trajectories given up, "
             f"{f['trajectory_retries']} trajectory retries",
             f"  output         {self.total_in_output} trajectories ({reasons or 'none'})",
+            f"  policy         trajectories per version: {_versions(self.policy_versions_in_output)} in the output, "
+            f"{_versions(self.tally.policy_versions)} in this run",
         ]
         lines += [f"    {label:<12} {path}" for label, path in self.files.items()]
         return "\n".join(lines)
@@ -166,7 +181,15 @@ def rollout_figures(tally: RolloutTally, rollout_s: float, engines: int) -> dict
         "other_share": _share(activity.other_s, active),
         "worker_utilisation": _share(active, engines * rollout_s),
         "stop_reasons": dict(tally.stop_reasons),
+        "policy_versions": dict(tally.policy_versions),
     }
+
+
+def _versions(counts: Counter) -> str:
+    """``v0 12, v1 30, none 2``: numbered versions in order, then the unknown."""
+    numbered = sorted((k for k in counts if k != "none"), key=lambda k: (len(k), k))  # "2" before "10"
+    parts = [f"v{k} {counts[k]}" for k in numbered] + ([f"none {counts['none']}"] if counts.get("none") else [])
+    return ", ".join(parts) or "n/a"
 
 
 def _round(value: float | None) -> float | None:
