@@ -9,8 +9,8 @@ its next turn is submitted while the others keep generating. vLLM's continuous b
 whatever requests are in flight.
 
 Token bookkeeping is exactly ``MultiTurnRollout``'s: both drive the same state machine
-(``trajectory_state.py``), so messages, ``input_ids``, labels, logprobs, stop reasons, truncation,
-traces and ``token_drift`` follow the same rules (SPEC 17.2). Differences, by design:
+(``trajectory_state.py``), so messages, ``input_ids``, labels, logprobs, policy versions, stop
+reasons, truncation, traces and ``token_drift`` follow the same rules (SPEC 17.2). Differences, by design:
 
 - a tool call that raises or times out answers ``Error: ...`` to the model (the sync rollout ends
   the trajectory with ``error`` when its manager raises); ``tool_limits`` set the timeouts;

@@ -95,7 +95,10 @@ class MultiTurnRollout(Rollout):
     either aligned with the trajectories. Tool calls of different trajectories run on up to
     ``tool_concurrency`` threads. ``verify_tokens`` re-renders each finished trajectory and records the
     difference from its token stream as ``token_drift`` (0 when the messages reproduce the tokens).
-    Requests always ask for the sampled token's logprob (``logprobs=0`` when unset).
+    Requests always ask for the sampled token's logprob (``logprobs=0`` when unset). Each output
+    carries ``policy_version`` (the weights' version that generated its last token) and
+    ``policy_versions`` (``{version, start, end}`` spans over ``input_ids``, one per assistant turn or
+    more where a weight update landed inside a turn); None where the sampler does not report versions.
     """
 
     def __init__(
