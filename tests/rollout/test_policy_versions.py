@@ -119,6 +119,7 @@ def aligned_feature() -> dict[str, Any]:
         ([(1, 5, 6), (0, 2, 4)], 1, "overlaps or precedes"),
         ([(0, 2, 2), (1, 3, 4), (1, 5, 6)], 1, "not \\{version, start < end\\}"),
         ([("0", 2, 3), (1, 3, 4), (1, 5, 6)], 1, "not \\{version, start < end\\}"),
+        ([(0, 2, 3), (1, 3, 4), (1, 5, 10**12)], 1, "ends past input_ids \\(length 6\\)"),
         ([(0, 2, 3), (1, 3, 4), (1, 5, 6)], 0, "policy_version=0 but the last generated token's span has version 1"),
         ([], None, "cover 0 positions but 3 tokens are trainable"),
     ],

@@ -217,7 +217,7 @@ def check_aligned(trajectory: Mapping[str, Any], generated_tokens: int | None = 
         raise RuntimeError(f"{len(trainable)} trainable tokens but {generated_tokens} were generated")
     spans = trajectory.get("policy_versions")
     if spans is not None:
-        _check_spans(spans, trainable)
+        _check_spans(spans, trainable, len(ids))
         last = spans[-1]["version"] if spans else None
         if "policy_version" in trajectory and trajectory["policy_version"] != last:
             raise RuntimeError(
@@ -226,8 +226,8 @@ def check_aligned(trajectory: Mapping[str, Any], generated_tokens: int | None = 
             )
 
 
-def _check_spans(spans: Sequence[Mapping[str, Any]], trainable: list[int]) -> None:
-    """The spans, in order, cover exactly the trainable positions."""
+def _check_spans(spans: Sequence[Mapping[str, Any]], trainable: list[int], length: int) -> None:
+    """The spans, in order, cover exactly the trainable positions of ``input_ids`` (``length`` long)."""
     if isinstance(spans, (str, bytes, Mapping)) or not isinstance(spans, Sequence):
         raise RuntimeError(f"policy_versions must be a list of spans or None, got {type(spans).__name__}")
     covered: list[int] = []
@@ -235,6 +235,8 @@ def _check_spans(spans: Sequence[Mapping[str, Any]], trainable: list[int]) -> No
         values = [span.get(key) if isinstance(span, Mapping) else None for key in ("version", "start", "end")]
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values) or values[1] >= values[2]:
             raise RuntimeError(f"policy_versions span {span!r} is not {{version, start < end}} of integers >= 0")
+        if values[2] > length:
+            raise RuntimeError(f"policy_versions span {span!r} ends past input_ids (length {length})")
         if covered and values[1] < covered[-1] + 1:
             raise RuntimeError(f"policy_versions span {span!r} overlaps or precedes the span before it")
         covered += range(values[1], values[2])
