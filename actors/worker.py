@@ -1,10 +1,16 @@
 """``RolloutWorker``: one vLLM engine and the rollout that drives it, as a plain class.
 
-The driver makes it a Ray actor with ``ray.remote(RolloutWorker).options(**RolloutWorker.ray_options(cfg))``;
+The driver makes it a Ray actor from ``RolloutWorker.ray_options(cfg)`` (``concurrency_groups`` goes to
+``ray.remote``, the rest to ``.options``);
 tests can build it in-process. A batch never raises for a trajectory's sake: a trajectory whose
 tools cannot be opened, or whose rollout fails, comes back with ``stop_reason="error"`` and the
 actor lives on. Only a broken engine makes ``run_batch`` raise ``WorkerUnhealthy``, telling the
 driver to replace the worker.
+
+``update_weights`` runs in its own Ray concurrency group (``CONTROL_GROUP``), next to the batches:
+with ``on_update="finish"`` it holds batches that have not started, waits for the running ones (at
+most ``finish_timeout_s``, after which the rest are aborted and resumed), then loads; with
+``"abort_and_resume"`` it loads at once and the running trajectories continue under the new weights.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twinkle_agentic.data_format import Trajectory
 from twinkle_agentic.rollout.base import ERROR, finish, format_error
@@ -28,10 +34,14 @@ from .catalog import ToolCatalog
 from .config import EngineConfig, RolloutSpec
 from .modes import mode_class
 
+if TYPE_CHECKING:
+    from twinkle_agentic.sampler.weights import WeightUpdate
+
 logger = logging.getLogger(__name__)
 
 ID_KEY = "trajectory_id"
 MAX_CONCURRENT_BATCHES = 16  # for modes that share the engine between batches (concurrent_batches)
+CONTROL_GROUP = "control"  # the Ray concurrency group of calls that must not queue behind batches
 
 
 class WorkerUnhealthy(RuntimeError):
@@ -51,7 +61,7 @@ def error_trajectory(trajectory: Trajectory, error: str) -> Trajectory:
     """A trajectory that ended before any token was sampled: the prompt, no tokens, ``stop_reason='error'``."""
     out = dict(trajectory)
     out["messages"] = [dict(m) for m in trajectory.get("messages") or []]
-    out.update({"input_ids": [], "labels": [], "logprobs": [], "length": 0})
+    out.update({"input_ids": [], "labels": [], "logprobs": [], "length": 0, "policy_version": None, "policy_versions": []})
     return finish(out, ERROR, 0, error)
 
 
@@ -63,18 +73,31 @@ def generated_tokens(trajectory: Trajectory) -> int:
 class RolloutWorker:
     """Holds one engine (built by the ``cfg.mode`` rollout mode) and rolls out batches on it."""
 
-    def __init__(self, cfg: EngineConfig, rollout: RolloutSpec | None = None):
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        rollout: RolloutSpec | None = None,
+        weights: WeightUpdate | None = None,
+        policy_version: int = 0,
+    ):
+        """``weights`` (a checked payload) and ``policy_version``: the farm's latest weights, which a
+        worker started after an update loads before it reports ready."""
         self.cfg = cfg.validate()
         self.spec = (rollout or RolloutSpec()).validate()
         self.recorder = ActivityRecorder()
         start = time.perf_counter()
         self.mode = mode_class(cfg.mode)(cfg, self.spec, self.recorder)
+        if weights is not None:
+            self._apply(weights, policy_version, "finish")
         self.startup_s = time.perf_counter() - start
         # The engine leaves millions of long-lived objects behind; without this every full collection
         # walks them and stops the worker's threads for 1-2 s mid-rollout (measured in bench/async_rollout).
         gc.freeze()
         self._engine_lock = contextlib.nullcontext() if self.mode.concurrent_batches else threading.Lock()
         self._open_pool = ThreadPoolExecutor(max(1, self.spec.tool_concurrency), thread_name_prefix="open-tools")
+        self._batches = threading.Condition()  # guards the two fields below
+        self._running = 0
+        self._held = False  # an update with on_update="finish" holds batches that have not started
 
     @staticmethod
     def ray_options(cfg: EngineConfig) -> dict[str, Any]:
@@ -93,6 +116,7 @@ class RolloutWorker:
             "runtime_env": runtime_env,
             "max_restarts": 0,
             "max_concurrency": MAX_CONCURRENT_BATCHES if concurrent else 1,
+            "concurrency_groups": {CONTROL_GROUP: 1},
         }
 
     def ready(self) -> dict[str, Any]:
@@ -109,9 +133,52 @@ class RolloutWorker:
         """``generate`` plus the worker's activity over the batch (what the driver's summary is built from)."""
         if not isinstance(batch, list) or not all(isinstance(t, dict) for t in batch):
             raise TypeError("run_batch takes a list of trajectory dicts")
-        with self._engine_lock, self.recorder.span("active"):
-            results = self._roll(batch)
+        with self._batches:
+            self._batches.wait_for(lambda: not self._held)
+            self._running += 1
+        try:
+            with self._engine_lock, self.recorder.span("active"):
+                results = self._roll(batch)
+        finally:
+            with self._batches:
+                self._running -= 1
+                self._batches.notify_all()
         return BatchResult(results, self.recorder.settle(), sum(generated_tokens(t) for t in results))
+
+    def update_weights(
+        self, weights: WeightUpdate, policy_version: int, on_update: str = "finish", finish_timeout_s: float = 600.0
+    ) -> dict[str, Any]:
+        """Load ``weights`` (checked by ``sampler.weights.prepare_update``) as ``policy_version``; see the
+        module docstring for ``on_update``. Returns the engine's ``UpdateTimings`` and ``wait_s``, the
+        time the running batches took to finish."""
+        start = time.perf_counter()
+        if on_update != "finish":
+            timings = self._apply(weights, policy_version, on_update)
+            return {"wait_s": 0.0, **timings, "total_s": round(time.perf_counter() - start, 6)}
+        with self._batches:
+            self._held = True
+            finished = self._batches.wait_for(lambda: not self._running, timeout=finish_timeout_s)
+        wait_s = time.perf_counter() - start
+        if not finished:
+            logger.warning(
+                "batches still running after finish_timeout_s=%g; their trajectories continue under the new weights",
+                finish_timeout_s,
+            )
+        try:
+            timings = self._apply(weights, policy_version, "finish" if finished else "abort_and_resume")
+        finally:
+            with self._batches:
+                self._held = False
+                self._batches.notify_all()
+        return {"wait_s": round(wait_s, 6), **timings, "total_s": round(time.perf_counter() - start, 6)}
+
+    def _apply(self, weights: WeightUpdate, policy_version: int, on_update: str) -> dict[str, Any]:
+        apply = getattr(self.mode, "apply_update", None)
+        if apply is None:
+            from twinkle_agentic.sampler.weights import WeightUpdateError
+
+            raise WeightUpdateError(f"rollout mode {self.cfg.mode!r} cannot load new weights (it has no apply_update)")
+        return apply(weights, version=policy_version, on_update=on_update)
 
     def _roll(self, batch: list[Trajectory]) -> list[Trajectory]:
         """Open each trajectory's tools, run the mode's rollout, close the tools.

@@ -5,6 +5,11 @@ worker, its tool managers, activity accounting, Ray actors, restarts and requeue
 trajectory steers it with keys: ``call`` (a tool call to make), ``explode`` (the rollout raises),
 ``crash`` (the worker process exits), ``hang_s`` (the rollout sleeps), ``kill_engine`` (the engine
 becomes unusable).
+
+Weight updates: ``apply_update`` records the version, each trajectory is stamped with the version it
+started under and the one it ended under (``policy_version``), and an update makes the process exit
+while the file named by ``$SCRIPTED_CRASH_ON_UPDATE`` exists (the file is removed first, so only one
+worker dies).
 """
 
 from __future__ import annotations
@@ -22,13 +27,25 @@ class ScriptedMode:
     def __init__(self, engine: Any, spec: Any, recorder: Any):
         self.recorder = recorder
         self.dead = False
+        self.version = 0
+        self.updates: list[tuple[int, str]] = []
 
     def ready(self) -> dict[str, Any]:
-        return {"model": "scripted", "max_model_len": 64, "device": "none"}
+        return {"model": "scripted", "max_model_len": 64, "device": "none", "policy_version": self.version}
+
+    def apply_update(self, update: Any, *, version: int, on_update: str) -> dict[str, Any]:
+        marker = os.environ.get("SCRIPTED_CRASH_ON_UPDATE")
+        if marker and os.path.exists(marker):
+            os.remove(marker)
+            os._exit(1)
+        self.version = version
+        self.updates.append((version, on_update))
+        return {"drain_s": 0.0, "load_s": 0.0, "reset_s": 0.0, "paused_s": 0.0, "rpc_calls": update.rpc_calls}
 
     def rollout(self, trajectories: list[dict[str, Any]], managers: list[Any]) -> list[dict[str, Any]]:
         out = []
         for trajectory, manager in zip(trajectories, managers, strict=True):
+            started = self.version
             if trajectory.get("crash"):
                 os._exit(1)
             if trajectory.get("kill_engine"):
@@ -42,7 +59,10 @@ class ScriptedMode:
             messages = [*trajectory["messages"], {"role": "assistant", "content": "ok"}]
             if "call" in trajectory:
                 messages.append({"role": "tool", "content": manager(trajectory["call"])})
-            result = {**trajectory, "messages": messages, "input_ids": [1, 2, 3], "labels": [-100, 2, 3], "logprobs": [-0.1, -0.2]}
+            result = {
+                **trajectory, "messages": messages, "input_ids": [1, 2, 3], "labels": [-100, 2, 3],
+                "logprobs": [-0.1, -0.2], "started_version": started, "policy_version": self.version,
+            }
             out.append(finish(result, "stop", 1))
         return out
 

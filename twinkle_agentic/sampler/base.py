@@ -100,8 +100,9 @@ def prompt_token_logprobs(prompt_ids: Sequence[int], prompt_logprobs: Sequence[A
     return [_chosen_logprob(position, token) for token, position in zip(prompt_ids, prompt_logprobs, strict=False)]
 
 
-def to_sample_response(output: Any) -> SampleResponse:
-    """A vLLM ``RequestOutput`` as a ``SampleResponse`` (logprobs as floats of the chosen tokens)."""
+def to_sample_response(output: Any, policy_version: int | None = None) -> SampleResponse:
+    """A vLLM ``RequestOutput`` as a ``SampleResponse`` (logprobs as floats of the chosen tokens);
+    ``policy_version``, when given, is the version of the weights that generated every token."""
     prompt_ids = list(getattr(output, "prompt_token_ids", None) or [])
     sequences = []
     for completion in output.outputs:
@@ -112,6 +113,7 @@ def to_sample_response(output: Any) -> SampleResponse:
                 logprobs=token_logprobs(tokens, completion.logprobs),
                 stop_reason=map_finish_reason(completion.finish_reason),
                 decoded=completion.text,
+                policy_versions=None if policy_version is None else [(policy_version, len(tokens))],
             )
         )
     return SampleResponse(

@@ -20,6 +20,8 @@ from .weights import (
     FINISH_UPDATE,
     START_UPDATE,
     ServedWeights,
+    Stopwatch,
+    UpdateTimings,
     WeightUpdate,
     with_loader_extension,
 )
@@ -43,33 +45,44 @@ class VLLMSampler(ServedWeights):
         self.engine = LLM(**with_loader_extension(self.config.to_engine_kwargs()))
         self.max_model_len = int(self.engine.llm_engine.model_config.max_model_len)
         self._update_lock = threading.Lock()
+        self._engine_lock = threading.Lock()  # the offline engine serves one caller at a time
 
     def sample(self, inputs: list[InputFeature], sampling_params: ParamsArg = None) -> list[SampleResponse]:
         prompts, params, answered = fit_to_context(inputs, sampling_params, self.max_model_len)
         todo = [i for i in range(len(prompts)) if i not in answered]
-        outputs = (
-            self.engine.generate(
-                [{"prompt_token_ids": prompts[i]} for i in todo],
-                [params[i].to_vllm(**self.sampling_overrides) for i in todo],
-                use_tqdm=False,
+        with self._engine_lock:
+            version = self._policy_version
+            outputs = (
+                self.engine.generate(
+                    [{"prompt_token_ids": prompts[i]} for i in todo],
+                    [params[i].to_vllm(**self.sampling_overrides) for i in todo],
+                    use_tqdm=False,
+                )
+                if todo
+                else []
             )
-            if todo
-            else []
-        )
         responses = dict(answered)
-        responses.update({i: to_sample_response(out) for i, out in zip(todo, outputs, strict=True)})
+        responses.update({i: to_sample_response(out, version) for i, out in zip(todo, outputs, strict=True)})
         return check_responses([responses[i] for i in range(len(prompts))], len(prompts))
 
-    def _load(self, update: WeightUpdate) -> None:
-        """``sample`` runs on the same thread, so no request is in flight during the update."""
-        self.engine.collective_rpc(START_UPDATE)
-        try:
-            for method, args in update.loads:
-                self.engine.collective_rpc(method, args=args)
-        finally:
-            self.engine.collective_rpc(FINISH_UPDATE)
-        if not self.engine.reset_prefix_cache():
-            raise RuntimeError("vLLM refused to reset the prefix cache after a weight update (requests running)")
+    def _load(self, update: WeightUpdate, version: int, on_update: str) -> UpdateTimings:
+        """The update waits for a ``sample`` call in progress (in either ``on_update`` mode: the offline
+        engine runs a call to the end), and the next call runs on the new weights."""
+        watch = Stopwatch()
+        with self._engine_lock:
+            drain_s = watch.lap()
+            self.engine.collective_rpc(START_UPDATE)
+            try:
+                for method, args in update.loads:
+                    self.engine.collective_rpc(method, args=args)
+            finally:
+                self.engine.collective_rpc(FINISH_UPDATE)
+            load_s = watch.lap()
+            if not self.engine.reset_prefix_cache():
+                raise RuntimeError("vLLM refused to reset the prefix cache after a weight update (requests running)")
+            self._policy_version = version
+            reset_s = watch.lap()
+        return UpdateTimings(drain_s, load_s, reset_s, load_s + reset_s, update.rpc_calls)
 
     def get_tokenizer(self) -> Any:
         return self.engine.get_tokenizer()

@@ -18,12 +18,19 @@ shards), then re-applies the backend's kernel processing. This is the path on vl
 engines alike; on GPU nodes the tensors still travel through the CPU and vLLM's RPC. The GPU-to-GPU
 paths, vLLM's NCCL or Ray Direct Transport transfer engines (``vllm.distributed.weight_transfer``)
 fed from the trainer's process group, are not wired up yet.
+
+Requests in flight when an update arrives (``on_update``): ``finish`` lets them complete on the old
+weights; ``abort_and_resume`` stops them, keeps the tokens generated so far and continues each one
+under the new weights (the async sampler mid-request; the offline engine of ``VLLMSampler`` only
+between ``sample`` calls, which it never interrupts). Every sampled sequence says which version
+generated which of its tokens (``SampledSequence.policy_versions``).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +45,9 @@ START_UPDATE = "twinkle_start_update"
 FINISH_UPDATE = "twinkle_finish_update"
 DEFAULT_BUCKET_BYTES = 256 * 1024 * 1024
 TIED_HEAD = "lm_head.weight"
+FINISH = "finish"
+ABORT_AND_RESUME = "abort_and_resume"
+ON_UPDATE_MODES = (FINISH, ABORT_AND_RESUME)
 
 Shapes = dict[str, tuple[int, ...]]
 
@@ -56,6 +66,7 @@ class ServedWeights:
     _policy_version: int = 0
     _shapes: Shapes | None = None
     _update_lock: threading.Lock
+    last_update: UpdateTimings | None = None
 
     def ready(self) -> dict[str, Any]:
         """What a driver checks before sending work: the model, its context length, the device and the
@@ -81,7 +92,12 @@ class ServedWeights:
         return self._shapes
 
     def update_weights(
-        self, weights: Any, *, version: int | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+        self,
+        weights: Any,
+        *,
+        version: int | None = None,
+        on_update: str = FINISH,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     ) -> int:
         """Load new policy weights into the running engine and return the new policy version.
 
@@ -89,18 +105,67 @@ class ServedWeights:
         path each takes). The payload is checked and packed on the caller's thread first: a missing,
         extra or misshaped tensor raises ``WeightUpdateError`` and the engine keeps its weights. After
         loading, the prefix cache is reset so no KV computed by the old weights is reused. Updates
-        run one at a time.
+        run one at a time; ``on_update`` says what happens to requests in flight.
         """
         update = prepare_update(weights, self.checkpoint_shapes(), bucket_bytes=bucket_bytes)
+        return self.apply_update(update, version=version, on_update=on_update)
+
+    def apply_update(self, update: WeightUpdate, *, version: int | None = None, on_update: str = FINISH) -> int:
+        """``update_weights`` for a payload already checked by ``prepare_update`` (a farm checks and packs
+        once for all its engines); its timings are kept in ``last_update``."""
+        check_on_update(on_update)
         with self._update_lock:
             new_version = next_version(self._policy_version, version)
-            self._load(update)
-            self._policy_version = new_version
+            self.last_update = self._load(update, new_version, on_update)
         return new_version
 
-    def _load(self, update: WeightUpdate) -> None:
-        """Run ``update``'s start, load and finish calls on the engine, then reset its prefix cache."""
+    def _load(self, update: WeightUpdate, version: int, on_update: str) -> UpdateTimings:
+        """Run ``update``'s start, load and finish calls on the engine, reset its prefix cache and start
+        serving ``version``; ``on_update`` as in ``update_weights``."""
         raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class UpdateTimings:
+    """Where one engine's update went: ``drain_s`` waiting for (or stopping) the generation in flight,
+    ``load_s`` the engine calls that load the tensors, ``reset_s`` the prefix-cache reset, ``paused_s``
+    how long the engine took no generation (drain excluded for ``finish``, whose requests keep running),
+    ``rpc_calls`` the engine calls made."""
+
+    drain_s: float
+    load_s: float
+    reset_s: float
+    paused_s: float
+    rpc_calls: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {
+            "drain_s": round(self.drain_s, 6),
+            "load_s": round(self.load_s, 6),
+            "reset_s": round(self.reset_s, 6),
+            "paused_s": round(self.paused_s, 6),
+            "rpc_calls": self.rpc_calls,
+        }
+
+
+class Stopwatch:
+    """Seconds since the last ``lap`` (the phases of an update, one after another)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+
+    def lap(self) -> float:
+        now = time.perf_counter()
+        elapsed, self._last = now - self._last, now
+        return elapsed
+
+
+def check_on_update(on_update: str) -> str:
+    if on_update not in ON_UPDATE_MODES:
+        raise WeightUpdateError(
+            f"on_update must be one of {list(ON_UPDATE_MODES)}, got {on_update!r}"
+        )
+    return on_update
 
 
 def with_loader_extension(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -164,6 +229,16 @@ class WeightUpdate:
 
     loads: list[tuple[str, tuple[Any, ...]]]
     tensors: int
+
+    @property
+    def rpc_calls(self) -> int:
+        """Engine calls one update makes: start, one per load, finish."""
+        return len(self.loads) + 2
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this payload carries (the packed buckets; a checkpoint directory carries its path)."""
+        return sum(len(arg) for _, args in self.loads for arg in args if isinstance(arg, bytes | bytearray))
 
 
 def check_names_and_shapes(expected: Shapes, got: Shapes) -> None:
