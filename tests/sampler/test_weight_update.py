@@ -12,14 +12,12 @@ transformers float32 forward agree up to summation order, so the comparisons are
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
+
+from tests.support.weights import FLOAT32_LOGPROB_TOLERANCE, perturbed_copy, reference_logprobs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
-FLOAT32_LOGPROB_TOLERANCE = 1e-4  # float32 on both sides: only summation order differs
 CONTINUATION_TOKENS = 12
 
 
@@ -31,24 +29,9 @@ def original_tensors(tiny_model_path):
 
 
 @pytest.fixture(scope="module")
-def perturbed_checkpoint(tmp_path_factory, tiny_model_path, original_tensors):
-    """A copy of the tiny model with seeded noise on every matrix: same names and shapes, new weights."""
-    torch = pytest.importorskip("torch")
-    from safetensors.torch import save_file
-
-    directory = tmp_path_factory.mktemp("perturbed")
-    for path in Path(tiny_model_path).iterdir():
-        if path.suffix != ".safetensors":
-            shutil.copy(path, directory / path.name)
-    gen = torch.Generator().manual_seed(0)
-    noisy = {
-        name: t + 0.3 * t.std() * torch.randn(t.shape, generator=gen, dtype=t.dtype)
-        if t.dim() == 2
-        else t.clone()
-        for name, t in original_tensors.items()
-    }
-    save_file(noisy, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    return directory
+def perturbed_checkpoint(tmp_path_factory, tiny_model_path):
+    pytest.importorskip("torch")
+    return perturbed_copy(tiny_model_path, tmp_path_factory.mktemp("perturbed"))
 
 
 @pytest.fixture(scope="module")
@@ -58,18 +41,6 @@ def prompt_ids(tiny_template):
     ids = tiny_template.tokenizer.encode(text)
     assert len(ids) > 256
     return ids[:300]
-
-
-def reference_logprobs(model_dir, ids: list[int], start: int) -> list[float]:
-    """Logprob of each token from ``start`` on, by a transformers float32 forward of ``model_dir``."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logits = model(torch.tensor([ids])).logits[0].float()
-    lp = torch.log_softmax(logits[:-1], dim=-1).gather(1, torch.tensor(ids[1:]).unsqueeze(1)).squeeze(1)
-    return lp[start - 1 :].tolist()
 
 
 def greedy(sampler, prompt: list[int]) -> tuple[list[int], list[float]]:
@@ -181,20 +152,70 @@ def test_version_is_set_explicitly_and_only_grows(float32_sampler, tiny_model_pa
     assert sampler.policy_version == current + 10
 
 
-def test_async_sampler_update_round_trip(tiny_model_path, perturbed_checkpoint, original_tensors, prompt_ids):
-    """The async engine: checkpoint update (generation paused around it), then the original tensors back."""
+@pytest.fixture(scope="module")
+def float32_async_sampler(tiny_model_path):
     pytest.importorskip("vllm")
     from twinkle_agentic.sampler import AsyncVLLMSampler
 
     sampler = AsyncVLLMSampler(tiny_model_path, **FLOAT32_ENGINE)
-    try:
-        original = assert_serves(sampler, prompt_ids, tiny_model_path)
-        assert sampler.update_weights(perturbed_checkpoint) == 1
-        assert sampler.ready()["policy_version"] == 1
-        assert differs(assert_serves(sampler, prompt_ids, perturbed_checkpoint), original)
-        assert sampler.update_weights(original_tensors) == 2
-        assert assert_serves(sampler, prompt_ids, tiny_model_path) == pytest.approx(
-            original, abs=FLOAT32_LOGPROB_TOLERANCE
-        )
-    finally:
-        sampler.shutdown()
+    yield sampler
+    sampler.shutdown()
+
+
+def test_async_sampler_update_round_trip(
+    float32_async_sampler, tiny_model_path, perturbed_checkpoint, original_tensors, prompt_ids
+):
+    """The async engine: checkpoint update (generation paused around it), then the original tensors back."""
+    sampler = float32_async_sampler
+    original = assert_serves(sampler, prompt_ids, tiny_model_path)
+    assert sampler.update_weights(perturbed_checkpoint) == 1
+    assert sampler.ready()["policy_version"] == 1
+    assert differs(assert_serves(sampler, prompt_ids, perturbed_checkpoint), original)
+    assert sampler.update_weights(original_tensors) == 2
+    assert assert_serves(sampler, prompt_ids, tiny_model_path) == pytest.approx(
+        original, abs=FLOAT32_LOGPROB_TOLERANCE
+    )
+
+
+def sample_while_updating(sampler, prompt: list[int], weights, on_update: str):
+    """Start a long greedy request, update the weights while it runs, return its sequence and the new version."""
+    import threading
+    import time
+
+    from twinkle_agentic.data_format import SamplingParams
+
+    params = SamplingParams(max_tokens=LONG_REQUEST_TOKENS, temperature=0.0, logprobs=0)
+    out: list = []
+    thread = threading.Thread(target=lambda: out.extend(sampler.sample([prompt], params)))
+    thread.start()
+    time.sleep(0.5)  # the request is generating (it takes seconds)
+    version = sampler.update_weights(weights, on_update=on_update)
+    thread.join(timeout=120)
+    return out[0].sequences[0], version
+
+
+LONG_REQUEST_TOKENS = 1000
+
+
+def test_async_sampler_in_flight_request_finishes_or_resumes_on_the_new_weights(
+    float32_async_sampler, tiny_model_path, perturbed_checkpoint, original_tensors, prompt_ids
+):
+    """``finish``: the request in flight completes on the old weights. ``abort_and_resume``: it is
+    stopped, its tokens kept, and it continues under the new weights; each part's logprobs equal a
+    forward of the weights that generated it, and ``policy_versions`` says where the switch was."""
+    sampler, prompt = float32_async_sampler, prompt_ids[:24]
+    start = sampler.policy_version
+    seq, version = sample_while_updating(sampler, prompt, perturbed_checkpoint, "finish")
+    assert version == start + 1 and seq.policy_versions == [(start, LONG_REQUEST_TOKENS)]
+    assert seq.logprobs == pytest.approx(
+        reference_logprobs(tiny_model_path, prompt + seq.tokens, len(prompt)), abs=FLOAT32_LOGPROB_TOLERANCE
+    )
+
+    seq, version = sample_while_updating(sampler, prompt, original_tensors, "abort_and_resume")
+    assert version == start + 2 and len(seq.tokens) == LONG_REQUEST_TOKENS and seq.stop_reason == "length"
+    (v1, before), (v2, after) = seq.policy_versions
+    assert (v1, v2) == (start + 1, start + 2) and before > 0 and after > 0 and before + after == LONG_REQUEST_TOKENS
+    ids = prompt + seq.tokens
+    old = reference_logprobs(perturbed_checkpoint, ids, len(prompt))[:before]
+    new = reference_logprobs(tiny_model_path, ids, len(prompt))[before:]
+    assert seq.logprobs == pytest.approx(old + new, abs=FLOAT32_LOGPROB_TOLERANCE)

@@ -6,10 +6,9 @@ trajectory steers it with keys: ``call`` (a tool call to make), ``explode`` (the
 ``crash`` (the worker process exits), ``hang_s`` (the rollout sleeps), ``kill_engine`` (the engine
 becomes unusable).
 
-Weight updates: ``apply_update`` records the version, each trajectory is stamped with the version it
-started under and the one it ended under (``policy_version``), and an update makes the process exit
-while the file named by ``$SCRIPTED_CRASH_ON_UPDATE`` exists (the file is removed first, so only one
-worker dies).
+Weight updates: ``apply_update`` records the version, and each trajectory is stamped with the
+version it started under and the one it ended under (``policy_version``). ``CrashOnUpdateWorker`` is
+a real worker (any mode) whose process exits on an update while a marker file exists.
 """
 
 from __future__ import annotations
@@ -18,7 +17,11 @@ import os
 import time
 from typing import Any
 
+from twinkle_agentic.actors.worker import RolloutWorker
+
 from twinkle_agentic.rollout.base import finish
+
+CRASH_ON_UPDATE = "CRASH_ON_UPDATE"  # env var of the worker: a marker file's path
 
 
 class ScriptedMode:
@@ -34,10 +37,6 @@ class ScriptedMode:
         return {"model": "scripted", "max_model_len": 64, "device": "none", "policy_version": self.version}
 
     def apply_update(self, update: Any, *, version: int, on_update: str) -> dict[str, Any]:
-        marker = os.environ.get("SCRIPTED_CRASH_ON_UPDATE")
-        if marker and os.path.exists(marker):
-            os.remove(marker)
-            os._exit(1)
         self.version = version
         self.updates.append((version, on_update))
         return {"drain_s": 0.0, "load_s": 0.0, "reset_s": 0.0, "paused_s": 0.0, "rpc_calls": update.rpc_calls}
@@ -78,3 +77,15 @@ class BrokenMode(ScriptedMode):
 
     def __init__(self, engine: Any, spec: Any, recorder: Any):
         raise OSError(f"cannot load model {engine.model!r}")
+
+
+class CrashOnUpdateWorker(RolloutWorker):
+    """A real rollout worker whose process exits when an update arrives while the file named by
+    ``$CRASH_ON_UPDATE`` exists (removed first, so only one worker dies)."""
+
+    def update_weights(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        marker = os.environ.get(CRASH_ON_UPDATE)
+        if marker and os.path.exists(marker):
+            os.remove(marker)
+            os._exit(1)
+        return super().update_weights(*args, **kwargs)
