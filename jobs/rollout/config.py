@@ -2,7 +2,8 @@
 
 The tree composes the farm's own frozen dataclasses, so each setting has one name and one default
 from the YAML down to the actors: ``engine`` is an ``EngineConfig`` (the ``VLLMEngineConfig`` fields
-plus the worker's Ray resources; ``model`` and ``mode`` are written at the top level), ``sampling`` a
+plus the worker's Ray resources; ``model`` and ``mode`` are written at the top level), ``groups`` a
+``GroupConfig`` (GRPO advantages over each prompt's samples, member retries), ``sampling`` a
 ``SamplingParams`` (keys it has no field for pass through to vLLM), the rollout settings
 (``RolloutSpec``: ``max_turns``...) and the farm options (``FarmOptions``: ``engines``,
 ``batch_size``...) are spelled at the top level, and ``tools``/``envs`` are lists of server specs.
@@ -25,9 +26,11 @@ from twinkle_agentic.actors.config import EngineConfig, FarmConfigError, FarmOpt
 
 from twinkle_agentic.checks import check_positive
 from twinkle_agentic.config_tree import build, section, to_mapping
+from twinkle_agentic.data_format import SamplingParams
 from twinkle_agentic.envs.openenv import DEFAULT_RETRY_ATTEMPTS
 from twinkle_agentic.errors import ConfigError as BaseConfigError
 from twinkle_agentic.loading import load_yaml as _load_yaml
+from twinkle_agentic.rollout.groups import GroupConfig
 from twinkle_agentic.tools.remote import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 from ..config_flags import ConfigArgumentParser, add_field_flags, flag_values, option, yaml_only
@@ -107,6 +110,10 @@ class RolloutJobConfig:
     )
     limit: int | None = field(default=None, metadata=option("roll out only the first N prompts"))
     samples_per_prompt: int = field(default=1, metadata=option("trajectories per prompt (e.g. a GRPO group)"))
+    groups: GroupConfig = field(
+        default_factory=GroupConfig,
+        metadata=section("GRPO groups: advantage estimator, epsilon, which failures fail a member, member retries"),
+    )
     engine: EngineConfig = field(
         default_factory=default_engine,
         metadata=section(
@@ -166,7 +173,9 @@ class RolloutJobConfig:
         return self.farm
 
     def fingerprint(self) -> dict[str, Any]:
-        """The settings a finished trajectory depends on; a resumed run must match them."""
+        """The settings a finished trajectory depends on; a resumed run must match them. ``groups`` is
+        left out for one sample per prompt with the default settings, so journals written before
+        groups existed still resume."""
         rollout = self.rollout
         return {
             "model": model_identity(self.engine.model),
@@ -179,6 +188,7 @@ class RolloutJobConfig:
             "tools": sorted(s.name for s in self.tools),
             "envs": sorted(s.name for s in self.envs),
             **({"mode_options": dict(rollout.mode_options)} if rollout.mode_options else {}),
+            **({"groups": to_mapping(self.groups)} if self.samples_per_prompt > 1 or self.groups != GroupConfig() else {}),
         }
 
     # -- checks ----------------------------------------------------------------------------------------
@@ -194,6 +204,13 @@ class RolloutJobConfig:
         for name in ("limit", "num_cpus", "serve_port"):
             check_positive(name, getattr(self, name), integer=True, allow_none=True, error=ConfigError)
         check_positive("deploy_timeout_s", self.deploy_timeout_s, error=ConfigError)
+        temperature = self.rollout.sampling.temperature if isinstance(self.rollout.sampling, SamplingParams) else None
+        if self.samples_per_prompt > 1 and temperature == 0:
+            raise ConfigError(
+                f"samples_per_prompt={self.samples_per_prompt} with greedy sampling (sampling.temperature 0, the "
+                "rollout default) makes every sample of a prompt the same trajectory, so a group has nothing to compare: "
+                "set sampling.temperature > 0 ('sampling: {temperature: 1.0}' or --sampling.temperature 1.0)"
+            )
         try:
             from twinkle_agentic.actors.modes import check_mode_options
 
@@ -202,6 +219,7 @@ class RolloutJobConfig:
             self.rollout.sampling.check_vllm_fields()
             check_mode_options(self.engine.mode, self.rollout.mode_options)
             self.farm.validate()
+            self.groups.validate()
         except BaseConfigError as exc:
             raise (exc if isinstance(exc, ConfigError) else ConfigError(str(exc))) from exc
         names = [s.name for s in self.tools] + [s.name for s in self.envs]

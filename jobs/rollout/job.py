@@ -7,7 +7,9 @@
       -> check the cluster can hold the plan's engines and Serve replicas (capacity.py)
       -> deploy tool servers and env servers on Serve; list their tools
       -> RolloutFarm: N workers, one engine each; batches streamed back as they finish
-      -> each batch appended to trajectories.jsonl and fsynced; progress bar
+      -> trajectories collected into groups (the samples of one prompt); a failed member rolled out
+         again, fresh, up to groups.max_member_retries times (another farm run after this one)
+      -> each complete group, with its advantages, appended to trajectories.jsonl and fsynced; progress bar
       -> (parquet), summary.json, the printed summary
 """
 
@@ -21,6 +23,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from twinkle_agentic.actors.catalog import ENVS_KEY, TOOLSETS_KEY
+
+from twinkle_agentic.rollout.groups import GroupCollector
 
 from .capacity import Demand, check_schedulable, cluster_capacity, plan_demand
 from .config import ConfigError, RolloutJobConfig
@@ -75,7 +79,9 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
     journal, state = Journal.open(cfg.output, cfg.fingerprint(), cfg.overwrite)
     if state.truncated_bytes:
         logger.warning("cut a torn last line (%d bytes) from %s", state.truncated_bytes, journal.path)
-    todo = [t for t in trajectories if t["trajectory_id"] not in state.ids]
+    if state.cut_members:
+        logger.warning("cut an incomplete last group (%d lines) from %s", state.cut_members, journal.path)
+    todo = unfinished_groups(trajectories, state.ids)
     logger.info("%d trajectories asked, %d to run (%s)", len(trajectories), len(todo), journal.path)
     tally = RolloutTally()
     farm = services = info = None
@@ -110,6 +116,9 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
             total_in_output=len(final.ids),
             stop_reasons_in_output=final.stop_reasons,
             policy_versions_in_output=final.policy_versions,
+            groups_in_output=len(final.groups),
+            failed_groups_in_output=len(final.failed_groups),
+            rewards_in_output=final.rewards,
             wall_s=time.perf_counter() - start,
             rollout_s=rollout_s,
             startup_s=startup_s,
@@ -129,6 +138,13 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
             services.teardown()
 
 
+def unfinished_groups(trajectories: list[dict[str, Any]], done: set[str]) -> list[dict[str, Any]]:
+    """The trajectories of every group with a member not in ``done`` (a group is written whole, so a
+    group with a member missing is run again whole)."""
+    missing = {t["group_id"] for t in trajectories if t["trajectory_id"] not in done}
+    return [t for t in trajectories if t["group_id"] in missing]
+
+
 def in_background(fn: Callable[[], Any]) -> Future:
     """Run ``fn`` on a daemon thread (a failing start must not wait for it at exit); its Future."""
     future: Future = Future()
@@ -146,16 +162,36 @@ def in_background(fn: Callable[[], Any]) -> Future:
 def _roll(
     cfg: RolloutJobConfig, farm: Any, todo: list[dict[str, Any]], journal: Journal, tally: RolloutTally
 ) -> float:
-    """Stream the farm's batches into the journal; returns the rollout's wall time."""
+    """Stream the farm's batches into groups and the complete groups into the journal; failed members
+    go back to the farm in a further run (see ``GroupCollector``). Returns the rollout's wall time."""
     from tqdm import tqdm
 
     start = time.perf_counter()
+    collector = GroupCollector(cfg.groups)
+    collector.expect(todo)
     with tqdm(
         total=len(todo), unit="traj", desc="rollout", disable=not cfg.progress, dynamic_ncols=True
     ) as bar:
-        for batch in farm.run(todo):
-            journal.append(batch.trajectories)
-            tally.add(batch.trajectories, batch.activity, batch.generated_tokens)
-            bar.update(len(batch.trajectories))
-            bar.set_postfix(errors=tally.stop_reasons.get("error", 0), restarts=farm.restarts, refresh=False)
+        pending = todo
+        while pending:
+            retries: list[dict[str, Any]] = []
+            for batch in farm.run(pending):
+                tally.add([], batch.activity, batch.generated_tokens)
+                groups = []
+                for trajectory in batch.trajectories:
+                    collected = collector.add(trajectory)
+                    retries += collected.retries
+                    groups += collected.groups
+                journal.append([member for group in groups for member in group])
+                for group in groups:
+                    tally.add_group(group)
+                    bar.update(len(group))
+                tally.member_retries = collector.retried
+                bar.set_postfix(
+                    errors=tally.stop_reasons.get("error", 0), failed_groups=tally.failed_groups,
+                    restarts=farm.restarts, refresh=False,
+                )  # fmt: skip
+            pending = retries
+    if collector.pending:
+        raise RuntimeError(f"{collector.pending} group(s) did not complete: the farm lost trajectories")
     return time.perf_counter() - start

@@ -1,9 +1,11 @@
 """The output directory of a rollout run: a resumable JSONL journal, the final file, run metadata.
 
-``trajectories.jsonl`` is the journal: each finished batch is appended as whole lines and fsynced
-before the job moves on, so after a crash at most the batches in flight are lost, never a finished
-one. On open, a torn last line (the process died mid-write) is cut off, and the ids already present
-are what a resumed run skips. ``run.json`` records the settings a trajectory depends on; resuming
+``trajectories.jsonl`` is the journal: each complete group (the samples of one prompt, see
+:mod:`twinkle_agentic.rollout.groups`) is appended as whole lines in one write and fsynced before the
+job moves on, so after a crash at most the groups in flight are lost, never a finished one. On open,
+a torn last line (the process died mid-write) is cut off, and so is a group left incomplete by it
+(a group's lines are contiguous and written at once, so only the last group can be cut short); the
+ids already present are what a resumed run skips. ``run.json`` records the settings a trajectory depends on; resuming
 with different ones is refused. With ``output_format: parquet`` the journal is converted to
 ``trajectories.parquet`` (typed token and policy-version columns) once the run is complete.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import ConfigError
-from .summary import policy_version_key
+from .summary import is_reward, policy_version_key
 
 JOURNAL_FILE = "trajectories.jsonl"
 RUN_FILE = "run.json"
@@ -35,12 +37,17 @@ def to_record(trajectory: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class JournalState:
-    """What the journal already holds: trajectory ids, and counts by stop reason and policy version."""
+    """What the journal already holds: trajectory ids, counts by stop reason and policy version, the
+    groups (and failed ones), and the rewards of the scored trajectories."""
 
     ids: set[str] = field(default_factory=set)
     stop_reasons: Counter = field(default_factory=Counter)
     policy_versions: Counter = field(default_factory=Counter)
+    groups: set[str] = field(default_factory=set)
+    failed_groups: set[str] = field(default_factory=set)
+    rewards: list[float] = field(default_factory=list)
     truncated_bytes: int = 0
+    cut_members: int = 0  # lines of an incomplete last group that were cut
 
 
 class Journal:
@@ -92,7 +99,8 @@ class Journal:
             )
 
     def recover(self) -> JournalState:
-        """Cut a torn last line, then read the ids (stop reasons, policy versions) of every finished trajectory."""
+        """Cut a torn last line and an incomplete last group, then read the ids (stop reasons, policy
+        versions, groups, rewards) of every finished trajectory."""
         state = JournalState()
         if not os.path.exists(self.path):
             return state
@@ -106,6 +114,13 @@ class Journal:
                     handle.flush()
                     os.fsync(handle.fileno())
                     state.truncated_bytes = size - keep
+            partial = _incomplete_last_group(self.path)
+            if partial is not None:
+                offset, members = partial
+                handle.truncate(offset)
+                handle.flush()
+                os.fsync(handle.fileno())
+                state.cut_members = members
         for number, record in _records(self.path):
             tid = record.get("trajectory_id")
             if tid is None:
@@ -116,10 +131,17 @@ class Journal:
                 state.ids.add(str(tid))
                 state.stop_reasons[record.get("stop_reason")] += 1
                 state.policy_versions[policy_version_key(record)] += 1
+                if record.get("group_id") is not None:
+                    state.groups.add(str(record["group_id"]))
+                    if record.get("group_failed"):
+                        state.failed_groups.add(str(record["group_id"]))
+                if is_reward(record.get("reward")):
+                    state.rewards.append(float(record["reward"]))
         return state
 
     def append(self, trajectories: list[dict[str, Any]]) -> None:
-        """Append one batch as whole lines and make it durable (flush + fsync) before returning."""
+        """Append whole lines in one write (whole groups: see the module docstring) and make them durable
+        (flush + fsync) before returning."""
         if not trajectories:
             return
         if self._handle is None:
@@ -180,6 +202,28 @@ def _last_newline_end(handle: Any, size: int) -> int:
     return 0
 
 
+def _incomplete_last_group(path: str) -> tuple[int, int] | None:
+    """``(offset of its first line, its lines)`` when the file's last group has fewer lines than its
+    ``group_size``; None when it is complete (or the lines carry no group)."""
+    start = offset = 0
+    group: Any = None
+    size = count = 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    record = {}
+                gid = record.get("group_id") if isinstance(record, dict) else None
+                if gid is None or gid != group or count >= size:
+                    start, group, count = offset, gid, 0
+                    size = record.get("group_size") if gid is not None and isinstance(record.get("group_size"), int) else 1
+                count += 1
+            offset += len(line)
+    return (start, count) if group is not None and count < size else None
+
+
 def _records(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
     if not os.path.exists(path):
         return
@@ -219,14 +263,17 @@ def _fsync_directory(directory: str) -> None:
 TYPED_COLUMNS = (
     "trajectory_id", "prompt_id", "sample_index", "input_ids", "labels", "logprobs", "length", "turns",
     "stop_reason", "truncated", "error", "token_drift", "worker", "attempts", "policy_version", "policy_versions",
+    "group_id", "group_size", "reward", "reward_components", "reward_error", "advantage", "group_failed",
+    "group_error", "member_attempts",
 )  # fmt: skip
 JSON_COLUMNS = ("messages", "tools", "user_data", "env_rewards")
 
 
 def parquet_schema() -> Any:
     """Fixed columns, so every run's file has the same shape: token columns typed for training (with
-    ``policy_versions`` as ``{version, start, end}`` structs over ``input_ids``), the schemaless parts
-    (messages, tools, anything else) as JSON text."""
+    ``policy_versions`` as ``{version, start, end}`` structs over ``input_ids``), the group and reward
+    columns typed (``reward_components`` a map of name to float), the schemaless parts (messages,
+    tools, anything else) as JSON text."""
     import pyarrow as pa
 
     return pa.schema(
@@ -254,6 +301,15 @@ def parquet_schema() -> Any:
                     )
                 ),
             ),
+            pa.field("group_id", pa.string()),
+            pa.field("group_size", pa.int32()),
+            pa.field("reward", pa.float64()),
+            pa.field("reward_components", pa.map_(pa.string(), pa.float64())),
+            pa.field("reward_error", pa.string()),
+            pa.field("advantage", pa.float64()),
+            pa.field("group_failed", pa.bool_()),
+            pa.field("group_error", pa.string()),
+            pa.field("member_attempts", pa.int32()),
         ]
         + [pa.field(name, pa.large_string()) for name in JSON_COLUMNS]
         + [pa.field("extra", pa.large_string())]
@@ -272,7 +328,7 @@ def _write_chunk(writer: Any, path: str, records: list[dict[str, Any]], force: b
         for name in TYPED_COLUMNS:
             value = record.get(name)
             columns[name].append(
-                str(value) if name in ("trajectory_id", "prompt_id") and value is not None else value
+                str(value) if name in ("trajectory_id", "prompt_id", "group_id") and value is not None else value
             )
         for name in JSON_COLUMNS:
             value = record.get(name)

@@ -7,7 +7,10 @@ default every toolset, no environment), ``user_data``; any other key passes thro
 
 Every trajectory gets a ``trajectory_id``: the prompt's ``id`` (else a hash of the row's content,
 with ``~2``, ``~3``... for repeated identical rows), plus ``/s<k>`` when ``samples_per_prompt`` > 1.
-Ids are stable across runs over the same file, which is what lets an interrupted job resume.
+Ids are stable across runs over the same file, which is what lets an interrupted job resume. The
+trajectories of one prompt form a group (``group_id``: the prompt's id; ``group_size``:
+``samples_per_prompt``), which is what GRPO advantages are computed over
+(:mod:`twinkle_agentic.rollout.groups`).
 """
 
 from __future__ import annotations
@@ -132,7 +135,8 @@ def prompt_id(row: dict[str, Any]) -> str:
 
 
 def to_trajectories(rows: list[dict[str, Any]], samples_per_prompt: int = 1) -> list[dict[str, Any]]:
-    """One trajectory per prompt and sample, each with ``trajectory_id``, ``prompt_id``, ``sample_index``."""
+    """One trajectory per prompt and sample, each with ``trajectory_id``, ``prompt_id``, ``sample_index``,
+    ``group_id`` and ``group_size``."""
     explicit = Counter(str(r["id"]) for r in rows if "id" in r)
     repeated = sorted(i for i, n in explicit.items() if n > 1)
     if repeated:
@@ -151,5 +155,7 @@ def to_trajectories(rows: list[dict[str, Any]], samples_per_prompt: int = 1) -> 
             sample["prompt_id"] = pid
             sample["sample_index"] = k
             sample["trajectory_id"] = pid if samples_per_prompt == 1 else f"{pid}/s{k}"
+            sample["group_id"] = pid
+            sample["group_size"] = samples_per_prompt
             out.append(sample)
     return out

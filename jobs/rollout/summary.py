@@ -14,6 +14,10 @@ Definitions (measured inside the workers, see ``actors/activity.py``):
   in every mode (``sync``: between batched turns; ``async``: when no trajectory is generating);
 - ``trajectory_retries``: extra attempts a failure policy made (``async`` mode's ``rollout_attempts``);
 - ``worker_utilisation``: time inside batches over workers x rollout wall time;
+- ``groups``, ``failed_groups``: groups written (the samples of one prompt) and those failed because a
+  member still failed after ``groups.max_member_retries`` fresh rollouts; ``member_retries``: those
+  fresh rollouts; ``mean_reward`` / ``reward_std`` (population): over the trajectories written with a
+  numeric ``reward`` (``scored``), failed groups' members included;
 - ``policy_versions``: trajectories per policy version (the version of the weights that generated a
   trajectory's last token; ``"none"`` where unknown or no token was generated), for this run and,
   as ``policy_versions_in_output``, for the whole output.
@@ -38,6 +42,20 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+def is_reward(value: Any) -> bool:
+    """A trajectory's ``reward`` is a score (not None, a bool or NaN)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def reward_figures(rewards: list[float]) -> dict[str, Any]:
+    """``scored``, ``mean_reward`` and ``reward_std`` (population; None without rewards)."""
+    if not rewards:
+        return {"scored": 0, "mean_reward": None, "reward_std": None}
+    mean = sum(rewards) / len(rewards)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+    return {"scored": len(rewards), "mean_reward": round(mean, 6), "reward_std": round(std, 6)}
+
+
 def policy_version_key(trajectory: dict[str, Any]) -> str:
     """The key a trajectory is counted under: its ``policy_version`` as a string, ``"none"`` without one."""
     version = trajectory.get("policy_version")
@@ -55,15 +73,30 @@ class RolloutTally:
     policy_versions: Counter = field(default_factory=Counter)
     activity: Activity = field(default_factory=Activity)
     retries: int = 0
+    groups: int = 0
+    failed_groups: int = 0
+    member_retries: int = 0
+    rewards: list[float] = field(default_factory=list)
 
-    def add(self, trajectories: list[dict[str, Any]], activity: Activity, generated_tokens: int) -> None:
+    def add(
+        self, trajectories: list[dict[str, Any]], activity: Activity | None = None, generated_tokens: int = 0
+    ) -> None:
+        """Count written ``trajectories``, and a batch's ``activity`` and ``generated_tokens``."""
         self.trajectories += len(trajectories)
         self.generated_tokens += generated_tokens
         self.total_tokens += sum(len(t.get("input_ids") or []) for t in trajectories)
         self.stop_reasons.update(t.get("stop_reason") for t in trajectories)
         self.policy_versions.update(policy_version_key(t) for t in trajectories)
         self.retries += sum(max(0, int(t.get("rollout_attempts") or 1) - 1) for t in trajectories)
-        self.activity = self.activity + activity
+        self.rewards += [float(t["reward"]) for t in trajectories if is_reward(t.get("reward"))]
+        if activity is not None:
+            self.activity = self.activity + activity
+
+    def add_group(self, members: list[dict[str, Any]]) -> None:
+        """Count a released group and write its members' figures (``add``)."""
+        self.groups += 1
+        self.failed_groups += bool(members and members[0].get("group_failed"))
+        self.add(members)
 
 
 @dataclass
@@ -81,6 +114,9 @@ class RolloutSummary:
     restarts: int
     given_up: int
     policy_versions_in_output: Counter = field(default_factory=Counter)
+    groups_in_output: int = 0
+    failed_groups_in_output: int = 0
+    rewards_in_output: list[float] = field(default_factory=list)
     cluster: str = ""
     services: dict[str, str] = field(default_factory=dict)
 
@@ -96,6 +132,11 @@ class RolloutSummary:
             "trajectories_in_output": self.total_in_output,
             "stop_reasons_in_output": dict(self.stop_reasons_in_output),
             "policy_versions_in_output": dict(self.policy_versions_in_output),
+            "groups_in_output": {
+                "groups": self.groups_in_output,
+                "failed_groups": self.failed_groups_in_output,
+                **reward_figures(self.rewards_in_output),
+            },
             "wall_s": round(self.wall_s, 3),
             "rollout_s": round(self.rollout_s, 3),
             "engine_startup_s": round(self.startup_s, 3),
@@ -132,7 +173,10 @@ class RolloutSummary:
             f"  engine idle    {_pct(f['engine_idle_share'])} of engine wall time with no request in flight",
             f"  restarts       {self.restarts} worker restart(s), {self.given_up} trajectories given up, "
             f"{f['trajectory_retries']} trajectory retries",
-            f"  output         {self.total_in_output} trajectories ({reasons or 'none'})",
+            f"  groups         {f['groups']} ({f['failed_groups']} failed, {f['member_retries']} member retries); "
+            f"reward mean {_num(f['mean_reward'])}, std {_num(f['reward_std'])} over {f['scored']} scored trajectories",
+            f"  output         {self.total_in_output} trajectories ({reasons or 'none'}) in {self.groups_in_output} "
+            f"groups ({self.failed_groups_in_output} failed)",
             f"  policy         trajectories per version: {_versions(self.policy_versions_in_output)} in the output, "
             f"{_versions(self.tally.policy_versions)} in this run",
         ]
@@ -178,6 +222,10 @@ def rollout_figures(tally: RolloutTally, rollout_s: float, engines: int) -> dict
             max(0.0, engines * rollout_s - activity.engine_busy_s), engines * rollout_s
         ),
         "trajectory_retries": tally.retries,
+        "groups": tally.groups,
+        "failed_groups": tally.failed_groups,
+        "member_retries": tally.member_retries,
+        **reward_figures(tally.rewards),
         "other_share": _share(activity.other_s, active),
         "worker_utilisation": _share(active, engines * rollout_s),
         "stop_reasons": dict(tally.stop_reasons),
@@ -198,6 +246,10 @@ def _round(value: float | None) -> float | None:
 
 def _share(part: float, whole: float) -> float | None:
     return round(part / whole, 4) if whole > 0 else None
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
 
 
 def _ms(value: float | None) -> str:
