@@ -25,6 +25,7 @@ from twinkle_agentic.checks import check_positive as _check_positive
 from twinkle_agentic.config_tree import section
 from twinkle_agentic.data_format import SamplingParams
 from twinkle_agentic.errors import ConfigError
+from twinkle_agentic.rewards.spec import RewardConfigError, RewardSpec, check_reward_specs
 from twinkle_agentic.rollout.base import DEFAULT_MAX_TURNS, DEFAULT_TOOL_CONCURRENCY
 from twinkle_agentic.sampler.engine import VLLMEngineConfig
 from twinkle_agentic.sampler.weights import ON_UPDATE_MODES
@@ -184,6 +185,13 @@ class RolloutSpec:
             "cli": False,
         },
     )
+    rewards: list[RewardSpec] = field(
+        default_factory=list,
+        metadata={
+            "help": "reward functions: a list of {function: 'module:function', weight, name, timeout_s}",
+            "cli": False,
+        },
+    )
     catalog: Any = field(default=None, metadata={"config": False})
 
     def __post_init__(self) -> None:
@@ -192,6 +200,12 @@ class RolloutSpec:
                 object.__setattr__(self, "sampling", SamplingParams.from_dict(self.sampling))
             except (TypeError, ValueError) as exc:
                 raise FarmConfigError(f"sampling: {exc}") from exc
+        if isinstance(self.rewards, (list, tuple)):
+            try:
+                converted = [RewardSpec.from_value(r, f"rewards[{i}]") for i, r in enumerate(self.rewards)]
+            except RewardConfigError as exc:
+                raise FarmConfigError(str(exc)) from exc
+            object.__setattr__(self, "rewards", converted)
 
     def validate(self) -> RolloutSpec:
         if not isinstance(self.sampling, SamplingParams):
@@ -208,6 +222,10 @@ class RolloutSpec:
             raise FarmConfigError(f"template must be a mapping of Template options, got {type(self.template).__name__}")
         if not isinstance(self.mode_options, dict):
             raise FarmConfigError(f"mode_options must be a mapping, got {type(self.mode_options).__name__}")
+        try:
+            check_reward_specs(self.rewards)  # imports each function, so a bad path fails before engines start
+        except RewardConfigError as exc:
+            raise FarmConfigError(str(exc)) from exc
         return self
 
 

@@ -5,7 +5,8 @@ The driver makes it a Ray actor from ``RolloutWorker.ray_options(cfg)`` (``concu
 tests can build it in-process. A batch never raises for a trajectory's sake: a trajectory whose
 tools cannot be opened, or whose rollout fails, comes back with ``stop_reason="error"`` and the
 actor lives on. Only a broken engine makes ``run_batch`` raise ``WorkerUnhealthy``, telling the
-driver to replace the worker.
+driver to replace the worker. Each finished batch is scored with the spec's reward functions and
+env episode rewards (``twinkle_agentic.rewards``) before it is returned, off the engine lock.
 
 ``update_weights`` runs in its own Ray concurrency group (``CONTROL_GROUP``), next to the batches:
 with ``on_update="finish"`` it holds batches that have not started, waits for the running ones (at
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from twinkle_agentic.data_format import Trajectory
+from twinkle_agentic.rewards.scorer import RewardScorer
 from twinkle_agentic.rollout.base import ERROR, finish, format_error
 
 from .activity import Activity, ActivityRecorder
@@ -84,6 +86,7 @@ class RolloutWorker:
         worker started after an update loads before it reports ready."""
         self.cfg = cfg.validate()
         self.spec = (rollout or RolloutSpec()).validate()
+        self.scorer = RewardScorer(self.spec.rewards)  # the reward functions, imported once per worker
         self.recorder = ActivityRecorder()
         start = time.perf_counter()
         self.mode = mode_class(cfg.mode)(cfg, self.spec, self.recorder)
@@ -143,6 +146,8 @@ class RolloutWorker:
             with self._batches:
                 self._running -= 1
                 self._batches.notify_all()
+        with self.recorder.span("active"):  # off the engine: the next batch may generate meanwhile
+            self.scorer.score(results)
         return BatchResult(results, self.recorder.settle(), sum(generated_tokens(t) for t in results))
 
     def update_weights(
@@ -230,4 +235,5 @@ class RolloutWorker:
 
     def shutdown(self) -> None:
         self._open_pool.shutdown(wait=False, cancel_futures=True)
+        self.scorer.close()
         self.mode.shutdown()
