@@ -63,3 +63,10 @@ def raises_on_odd(trajectory: dict) -> float:
 
 
 NOT_CALLABLE = 3
+
+
+def hang_when_asked(trajectory: dict) -> float:
+    """Hangs (until ``RELEASE``) on trajectories with ``hang: true``, else 0.0."""
+    if trajectory.get("hang"):
+        RELEASE.wait(120)
+    return 0.0
