@@ -3,7 +3,8 @@
 It stands in for the engine only (selected with ``EngineConfig(mode="tests.support.farm_fakes:ScriptedMode")``); the
 worker, its tool managers, activity accounting, Ray actors, restarts and requeues are all real. A
 trajectory steers it with keys: ``call`` (a tool call to make), ``explode`` (the rollout raises),
-``crash`` (the worker process exits), ``hang_s`` (the rollout sleeps), ``kill_engine`` (the engine
+``explode_ids`` (the rollout raises for these trajectory ids only), ``crash`` (the worker process
+exits), ``hang_s`` (the rollout sleeps), ``kill_engine`` (the engine
 becomes unusable).
 
 Weight updates: ``apply_update`` records the version, and each trajectory is stamped with the
@@ -50,7 +51,7 @@ class ScriptedMode:
             if trajectory.get("kill_engine"):
                 self.dead = True
                 raise RuntimeError("EngineDeadError: the engine core died")
-            if trajectory.get("explode"):
+            if trajectory.get("explode") or trajectory["trajectory_id"] in trajectory.get("explode_ids", ()):
                 raise RuntimeError(f"cannot roll out {trajectory['trajectory_id']}")
             time.sleep(float(trajectory.get("hang_s", 0)))
             with self.recorder.span("engine"):

@@ -9,10 +9,11 @@ did better than the others. Estimators (``GroupConfig.advantage``):
 - ``dr_grpo``: ``r - mean`` (mean only, as in Dr. GRPO: no division by the group's spread).
 
 ``mean`` and ``std`` are over the group's rewards; ``std`` is the **population** standard deviation
-(divided by the group size, not size - 1), so a singleton group has std 0 and advantage 0.
+(divided by the group size, not size - 1), so a singleton group has std 0 and advantage 0 (as has
+any group of equal rewards, epsilon 0 included).
 
-A member **fails** when its rollout failed (``stop_reason == "error"``: the engine or the farm gave
-up on it), when scoring failed (``reward`` None with a ``reward_error``), and, with
+A member **fails** when its rollout failed (``stop_reason`` ``"error"``: the engine or the farm gave
+up on it; ``"api_error"`` for API rollouts), when scoring failed (``reward`` None with a ``reward_error``), and, with
 ``tool_errors_fail``, when a tool answered ``Error: ...``. A failed member is first retried in a
 fresh rollout (``add`` hands back a copy of its input under a new trajectory id, up to
 ``max_member_retries`` times); once retries run out, the whole group is failed: every member gets
@@ -33,6 +34,7 @@ from twinkle_agentic.errors import ConfigError
 ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo")
 DEFAULT_EPSILON = 1e-6
 RETRY_SUFFIX = "/retry"  # a retried member runs as "<trajectory_id>/retry<k>"
+ROLLOUT_FAILURES = ("error", "api_error")  # stop reasons of a rollout that failed (rollout.base)
 TOOL_ERROR_PREFIX = "Error:"  # how a tool call's failure reads to the model (ToolManager)
 
 
@@ -67,7 +69,10 @@ class GroupConfig:
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and population standard deviation of a non-empty list."""
+    """Mean and population standard deviation of a non-empty list; equal values give exactly (value, 0)
+    (a summed mean may miss the value by a rounding error, which std + a tiny epsilon would magnify)."""
+    if min(values) == max(values):
+        return values[0], 0.0
     mean = sum(values) / len(values)
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
@@ -79,6 +84,8 @@ def advantages(rewards: list[float], config: GroupConfig) -> list[float]:
     mean, std = mean_std([float(r) for r in rewards])
     if config.advantage == "dr_grpo":
         return [float(r) - mean for r in rewards]
+    if std + config.epsilon == 0:  # equal rewards and no epsilon: every r - mean is 0
+        return [0.0] * len(rewards)
     return [(float(r) - mean) / (std + config.epsilon) for r in rewards]
 
 
@@ -96,7 +103,7 @@ def tool_errors(trajectory: Mapping[str, Any]) -> int:
 
 def member_failure(trajectory: Mapping[str, Any], config: GroupConfig) -> str | None:
     """Why this finished trajectory fails its group member (None when it does not)."""
-    if trajectory.get("stop_reason") == "error":
+    if trajectory.get("stop_reason") in ROLLOUT_FAILURES:
         return f"rollout failed: {trajectory.get('error') or 'no error recorded'}"
     if trajectory.get("reward") is None and trajectory.get("reward_error"):
         return f"reward failed: {trajectory['reward_error']}"
@@ -208,7 +215,7 @@ class GroupCollector:
         common = {"group_id": gid, "group_size": group.size}
         if group.failures:
             self.failed += 1
-            reason = "; ".join(f"member {tid}: {why}" for tid, why in group.failures.items())
+            reason = "; ".join(f"member {tid}: {group.failures[tid]}" for tid in group.inputs if tid in group.failures)
             return [{**m, **common, "advantage": None, "group_failed": True, "group_error": reason} for m in members]
         rewards = [m.get("reward") for m in members]
         values: list[float | None] = [None] * len(members)
