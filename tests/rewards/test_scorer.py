@@ -147,3 +147,16 @@ def test_score_trajectories_scores_once_and_the_scorer_serves_threads_at_once(sc
     with ThreadPoolExecutor(4) as pool:
         batches = list(pool.map(lambda i: scorer.score([traj(i, answer="x" * i)]), range(8)))
     assert [b[0]["reward"] for b in batches] == [0.5 + i for i in range(8)]
+
+
+def test_python_functions_are_taken_as_they_are(scorer_of):
+    def exact(trajectory: dict) -> bool:
+        return trajectory["messages"][-1]["content"] == trajectory["ground_truth"]
+
+    async def short(trajectory: dict) -> float:
+        return -0.1 * len(trajectory["messages"][-1]["content"])
+
+    scorer = scorer_of(exact, RewardSpec(short, weight=2.0, timeout_s=1))
+    right, wrong = scorer.score([traj(0, answer="42", ground_truth="42"), traj(1, answer="41!", ground_truth="42")])
+    assert right["reward_components"] == {"exact": 1.0, "short": pytest.approx(-0.2)} and right["reward"] == pytest.approx(0.6)
+    assert wrong["reward"] == pytest.approx(-0.6)

@@ -22,6 +22,7 @@ def test_defaults_name_weight_and_deadline():
     ("value", "message"),
     [
         ([{"function": "no_colon"}], r"rewards\[0\]\.function 'no_colon' must look like 'package.module:function'"),
+        ([{"function": dict}], r"rewards\[0\]\.function <class 'dict'> must look like .*, or be the function itself"),
         ([{"function": "tests.support.nothing_here:f"}], r"rewards\[0\]\.function .*cannot import module 'tests.support.nothing_here'"),
         ([{"function": F + "missing"}], r"rewards\[0\]\.function .* has no attribute 'missing'; fix the name after ':'"),
         ([{"function": F + "NOT_CALLABLE"}], r"rewards\[0\]\.function .* is a int, not a function"),

@@ -27,11 +27,14 @@ class RewardConfigError(ConfigError):
 
 @dataclass(frozen=True)
 class RewardSpec:
-    """A reward function: ``function`` (``"module:function"``, sync or async, called with the finished
-    trajectory, returning a number), its ``weight`` in the trajectory's reward, its ``name`` among the
-    reward components (default: the function's name) and ``timeout_s``, the deadline of one call."""
+    """A reward function: ``function`` (``"module:function"``, or in Python the function itself; sync or
+    async, called with the finished trajectory, returning a number), its ``weight`` in the trajectory's
+    reward, its ``name`` among the reward components (default: the function's name) and ``timeout_s``,
+    the deadline of one call."""
 
-    function: str = field(metadata={"help": "import path of the reward function, 'package.module:function'"})
+    function: str | Callable[[Any], Any] = field(
+        metadata={"help": "import path of the reward function, 'package.module:function'"}
+    )
     weight: float = field(default=1.0, metadata={"help": "weight of this function's value in the reward"})
     name: str | None = field(default=None, metadata={"help": "component name (default: the function's name)"})
     timeout_s: float = field(
@@ -40,10 +43,10 @@ class RewardSpec:
 
     @classmethod
     def from_value(cls, value: Any, where: str = "rewards") -> RewardSpec:
-        """A ``RewardSpec`` from itself, a mapping of its fields, or a bare ``"module:function"`` string."""
+        """A ``RewardSpec`` from itself, a mapping of its fields, a ``"module:function"`` string or a function."""
         if isinstance(value, RewardSpec):
             return value
-        if isinstance(value, str):
+        if isinstance(value, str) or _is_function(value):
             return cls(function=value)
         if isinstance(value, Mapping):
             known = [f.name for f in fields(cls)]
@@ -61,14 +64,20 @@ class RewardSpec:
     @property
     def component(self) -> str:
         """The name of this function's value in ``reward_components``."""
-        return self.name if self.name is not None else self.function.rpartition(":")[2].rpartition(".")[2]
+        if self.name is not None:
+            return self.name
+        if not isinstance(self.function, str):
+            return str(getattr(self.function, "__name__", type(self.function).__name__))
+        return self.function.rpartition(":")[2].rpartition(".")[2]
 
     def check(self, where: str = "rewards") -> RewardSpec:
         """Check the values (not the import path; ``load`` does that); returns ``self``."""
-        if not isinstance(self.function, str) or self.function.count(":") != 1 or not all(self.function.split(":")):
+        if not _is_function(self.function) and (
+            not isinstance(self.function, str) or self.function.count(":") != 1 or not all(self.function.split(":"))
+        ):
             raise RewardConfigError(
                 f"{where}.function {self.function!r} must look like 'package.module:function' (an import path, "
-                "a colon, a name)"
+                "a colon, a name), or be the function itself"
             )
         if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not math.isfinite(self.weight):
             raise RewardConfigError(f"{where}.weight must be a finite number (negative for a penalty), got {self.weight!r}")
@@ -87,13 +96,20 @@ class RewardSpec:
 
     def load(self, where: str = "rewards") -> Callable[[Any], Any]:
         """The function at ``function``; ``RewardConfigError`` when it cannot be imported or is not callable."""
+        if not isinstance(self.function, str):
+            return self.check(where).function
         obj = load_object(self.function, what=f"{where}.function", error=RewardConfigError)
-        if not callable(obj) or inspect.isclass(obj):
+        if not _is_function(obj):
             raise RewardConfigError(
                 f"{where}.function {self.function!r} is a {type(obj).__name__}, not a function; name a function "
                 "that takes the finished trajectory and returns a number"
             )
         return obj
+
+
+def _is_function(value: Any) -> bool:
+    """A callable that is not a class (a class would be instantiated, not scored with)."""
+    return callable(value) and not inspect.isclass(value)
 
 
 def check_reward_specs(values: Any, *, load: bool = True) -> list[RewardSpec]:
