@@ -160,3 +160,39 @@ def test_python_functions_are_taken_as_they_are(scorer_of):
     right, wrong = scorer.score([traj(0, answer="42", ground_truth="42"), traj(1, answer="41!", ground_truth="42")])
     assert right["reward_components"] == {"exact": 1.0, "short": pytest.approx(-0.2)} and right["reward"] == pytest.approx(0.6)
     assert wrong["reward"] == pytest.approx(-0.6)
+
+
+def test_kwargs_are_passed_to_every_call(scorer_of):
+    [t] = scorer_of({"function": F + "scaled", "kwargs": {"factor": 0.5}}).score([traj(n=3)])
+    assert t["reward"] == 1.5
+
+
+def test_batch_mode_calls_once_with_the_graded_trajectories_in_order(scorer_of):
+    scorer = scorer_of(RewardSpec(F + "batch_ranks", batch=True), F + "async_half")
+    out = scorer.score([traj(0, n=5), traj(1, n=1, stop_reason="error"), traj(2, n=3), traj(3, n=9)])
+    assert [t["reward_components"].get("batch_ranks") for t in out] == [1.0, None, 0.0, 2.0]  # the failed rollout is left out
+    assert out[0]["reward"] == 1.5 and out[1]["reward"] is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        (RewardSpec(F + "batch_one_short", batch=True), "batch_one_short: returned 1 values for a batch of 2; return one number per trajectory, in order"),
+        (RewardSpec(F + "batch_raises", batch=True), "batch_raises: ConnectionError: grader unreachable"),
+        (RewardSpec(F + "hang", batch=True, timeout_s=0.2), "hang: timed out after 0.2 s"),
+    ],
+)
+def test_a_failing_batch_call_is_an_error_on_each_of_its_trajectories(scorer_of, spec, error):
+    out = scorer_of(spec).score([traj(0), traj(1)])
+    assert [(t["reward"], t["reward_error"]) for t in out] == [(None, error)] * 2
+
+
+def test_an_env_class_scores_batches_with_its_evaluate(scorer_of):
+    from twinkle_agentic.demo.env import GuessNumberEnv
+
+    won = traj(0, answer="I won")
+    won["messages"].insert(1, {"role": "tool", "content": "Correct!"})
+    scorer = scorer_of("twinkle_agentic.demo.env:GuessNumberEnv", {"function": F + "PickyEnv", "kwargs": {"threshold": 2}})
+    out = scorer.score([won, traj(1, n=2)])
+    assert [t["reward_components"] for t in out] == [{"GuessNumberEnv": 1.0, "PickyEnv": 0.0}, {"GuessNumberEnv": 0.0, "PickyEnv": 1.0}]
+    assert GuessNumberEnv().evaluate([won]) == [1.0]

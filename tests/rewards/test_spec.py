@@ -33,8 +33,10 @@ def test_defaults_name_weight_and_deadline():
         ([{"function": F + "raises", "name": "env:maze"}], r"names starting with 'env:' are the components of env"),
         ([F + "raises", F + "raises"], r"rewards\[1\]: the name 'raises' is taken by rewards\[0\]; give one of them a distinct 'name'"),
         ([{"weight": 1.0}], r"rewards\[0\]: 'function' is required"),
+        ([{"function": F + "raises", "batch": "yes"}], r"rewards\[0\]\.batch must be true or false"),
+        ([{"function": F + "raises", "kwargs": [1]}], r"rewards\[0\]\.kwargs must be a mapping of keyword arguments"),
         ([{"function": F + "raises", "wieght": 2}], r"rewards\[0\]: unknown key\(s\) \['wieght'\]"),
-        ([3], r"rewards\[0\] must be a mapping \(function, weight, name, timeout_s\) or a 'module:function' string"),
+        ([3], r"rewards\[0\] must be a mapping \(function, weight, name, timeout_s, batch, kwargs\) or a 'module:function' string"),
         ({"function": F + "raises"}, r"rewards must be a list of reward functions"),
     ],
 )
@@ -44,6 +46,12 @@ def test_bad_settings_are_refused_with_the_setting_and_the_fix(value, message):
     if isinstance(value, list):
         with pytest.raises(ConfigError, match=message):
             RewardScorer(value)
+
+
+def test_an_env_class_is_built_by_the_scorer_and_bad_kwargs_are_refused_there():
+    check_reward_specs([F + "PickyEnv"])  # imported, not built, where the config is checked
+    with pytest.raises(RewardConfigError, match=r"rewards\[0\]: cannot build '.*PickyEnv' with kwargs \{\}: TypeError: .*threshold.*; fix its kwargs"):
+        RewardScorer([F + "PickyEnv"])
 
 
 def test_rollout_spec_converts_mappings_and_refuses_bad_ones_as_farm_errors():

@@ -70,3 +70,34 @@ def hang_when_asked(trajectory: dict) -> float:
     if trajectory.get("hang"):
         RELEASE.wait(120)
     return 0.0
+
+
+def scaled(trajectory: dict, factor: float = 1.0) -> float:
+    return factor * trajectory.get("n", 0)
+
+
+def batch_ranks(trajectories: list[dict]) -> list[float]:
+    """Batch mode: each trajectory's rank by ``n`` within its batch (0 for the smallest)."""
+    order = sorted(range(len(trajectories)), key=lambda i: trajectories[i].get("n", 0))
+    ranks = [0.0] * len(trajectories)
+    for rank, i in enumerate(order):
+        ranks[i] = float(rank)
+    return ranks
+
+
+async def batch_one_short(trajectories: list[dict]) -> list[float]:
+    return [1.0] * (len(trajectories) - 1)
+
+
+def batch_raises(trajectories: list[dict]) -> list[float]:
+    raise ConnectionError("grader unreachable")
+
+
+class PickyEnv:
+    """An evaluator class that needs a ``threshold`` to be built."""
+
+    def __init__(self, threshold: int):
+        self.threshold = threshold
+
+    def evaluate(self, trajectories: list[dict], **kwargs) -> list[float]:
+        return [1.0 if t.get("n", 0) >= self.threshold else 0.0 for t in trajectories]

@@ -3,8 +3,10 @@
 Every reward function is called once per trajectory with the finished trajectory (its ``messages``
 with tool calls and tool results, its ``tools``, and every field of its prompt row, e.g.
 ``ground_truth``), all calls of a batch at once: ``async def`` functions on the scorer's event loop,
-the others each on a thread of their own, so one deadline (``timeout_s``) holds for both kinds. Env
-episode rewards the rollout recorded (``env_rewards``) join as components ``env:<name>`` of weight 1.
+the others each on a thread of their own, so one deadline (``timeout_s``) holds for both kinds. A
+batch-mode function (``batch``, or an ``Env`` class's ``evaluate``) is called once with the list of
+graded trajectories instead. Env episode rewards the rollout recorded (``env_rewards``) join as
+components ``env:<name>`` of weight 1.
 
 Each scored trajectory gets ``reward`` (the weighted sum), ``reward_components`` (``{name: value}``) and
 ``reward_error``. A function that raises, overruns its deadline or returns something other than a
@@ -23,6 +25,7 @@ import math
 import numbers
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from twinkle_agentic.data_format import Trajectory
@@ -55,10 +58,10 @@ class RewardScorer:
 
     def __init__(self, specs: Sequence[RewardSpec | Mapping[str, Any] | str] = (), *, max_threads: int = DEFAULT_MAX_THREADS):
         self.specs = check_reward_specs(list(specs), load=False)
-        self._functions: list[tuple[RewardSpec, Callable[[Any], Any], bool]] = []
+        self._functions: list[_Bound] = []
         for i, spec in enumerate(self.specs):
-            function = spec.load(f"rewards[{i}]")
-            self._functions.append((spec, function, _is_async(function)))
+            function, batch = spec.bind(f"rewards[{i}]")
+            self._functions.append(_Bound(spec, function, _is_async(function), batch))
         self.max_threads = max_threads
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -78,54 +81,50 @@ class RewardScorer:
         asyncio.run_coroutine_threadsafe(self._score_all(trajectories), loop).result()
         return trajectories
 
-    async def _score_all(self, trajectories: list[Trajectory]) -> list[Trajectory]:
+    async def _score_all(self, trajectories: list[Trajectory]) -> None:
         if self._slots is None:
             self._slots = _Slots(self.max_threads)
-        await asyncio.gather(*(self._score_one(t) for t in trajectories if self.applies_to(t)))
-        return trajectories
-
-    async def _score_one(self, trajectory: Trajectory) -> None:
-        stop_reason = trajectory.get("stop_reason")
-        if stop_reason in UNSCORED_STOP_REASONS:
-            trajectory.update({
-                REWARD: None,
-                COMPONENTS: {},
-                REWARD_ERROR: f"not scored: the rollout ended with stop_reason {stop_reason!r}",
-            })
+        graded = []
+        for trajectory in trajectories:
+            if not self.applies_to(trajectory):
+                continue
+            stop_reason = trajectory.get("stop_reason")
+            if stop_reason in UNSCORED_STOP_REASONS:
+                trajectory.update({
+                    REWARD: None,
+                    COMPONENTS: {},
+                    REWARD_ERROR: f"not scored: the rollout ended with stop_reason {stop_reason!r}",
+                })
+            else:
+                graded.append(trajectory)
+        if not graded:
             return
-        outcomes = await asyncio.gather(*(self._call(spec, fn, is_async, trajectory) for spec, fn, is_async in self._functions))
-        components: dict[str, float] = {}
-        errors: list[str] = []
-        total = 0.0
-        for (spec, _, _), (value, error) in zip(self._functions, outcomes, strict=True):
-            if error is not None:
-                errors.append(error)
-                continue
-            components[spec.component] = value
-            total += spec.weight * value
-        for env, raw in (trajectory.get(ENV_REWARDS) or {}).items():
-            name = f"{ENV_COMPONENT_PREFIX}{env}"
-            try:
-                value = _as_number(raw)
-            except (TypeError, ValueError) as exc:
-                errors.append(f"{name}: {exc}")
-                continue
-            components[name] = value
-            total += value
-        trajectory.update({
-            REWARD: None if errors else total,
-            COMPONENTS: components,
-            REWARD_ERROR: "; ".join(errors) if errors else None,
-        })
+        columns = await asyncio.gather(*(self._column(bound, graded) for bound in self._functions))
+        for i, trajectory in enumerate(graded):
+            _settle(trajectory, [(bound.spec, column[i]) for bound, column in zip(self._functions, columns, strict=True)])
 
-    async def _call(
-        self, spec: RewardSpec, function: Callable[[Any], Any], is_async: bool, trajectory: Trajectory
-    ) -> tuple[float | None, str | None]:
-        """``(value, None)`` or ``(None, error)`` for one call of one function on one trajectory."""
-        call = function(trajectory) if is_async else self._in_thread(spec, function, trajectory)
+    async def _column(self, bound: _Bound, graded: list[Trajectory]) -> list[Outcome]:
+        """One function's outcome on each graded trajectory: a call each, or one call in batch mode."""
+        name = bound.spec.component
+        if not bound.batch:
+            results = await asyncio.gather(*(self._call(bound, t) for t in graded))
+            return [_outcome(name, result) for result in results]
+        result, error = await self._call(bound, graded)
+        if error is not None:
+            return [(None, error)] * len(graded)
+        if not isinstance(result, (list, tuple)) or len(result) != len(graded):
+            got = f"{len(result)} values" if isinstance(result, (list, tuple)) else type(result).__name__
+            problem = f"{name}: returned {got} for a batch of {len(graded)}; return one number per trajectory, in order"
+            return [(None, problem)] * len(graded)
+        return [_outcome(name, (value, None)) for value in result]
+
+    async def _call(self, bound: _Bound, argument: Any) -> tuple[Any, str | None]:
+        """``(result, None)`` or ``(None, error)`` for one call of one function."""
+        spec = bound.spec
         try:
+            call = bound.function(argument) if bound.is_async else self._in_thread(spec, bound.function, argument)
             task = asyncio.ensure_future(call)
-        except Exception as exc:  # an async-declared callable that returned no awaitable
+        except Exception as exc:  # an async-declared callable that raised at once or returned no awaitable
             return None, f"{spec.component}: {format_error(exc)}"
         done, _ = await asyncio.wait([task], timeout=spec.timeout_s)
         if not done:
@@ -135,9 +134,7 @@ class RewardScorer:
                 note = f" ({self._slots.overrunning} sync reward calls that overran their deadline are still running)"
             return None, f"{spec.component}: timed out after {spec.timeout_s:g} s{note}"
         try:
-            return _as_number(task.result()), None
-        except _BadValue as exc:
-            return None, f"{spec.component}: {exc}"
+            return task.result(), None
         except Exception as exc:
             return None, f"{spec.component}: {format_error(exc)}"
 
@@ -205,6 +202,57 @@ class RewardScorer:
             thread.join(timeout=5)
             if not thread.is_alive():
                 loop.close()
+
+
+Outcome = tuple[float | None, str | None]  # (value, None) or (None, error)
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """A checked spec with its loaded callable: ``is_async`` (awaited on the loop) and ``batch`` (one call
+    per batch)."""
+
+    spec: RewardSpec
+    function: Callable[[Any], Any]
+    is_async: bool
+    batch: bool
+
+
+def _outcome(name: str, result: tuple[Any, str | None]) -> Outcome:
+    value, error = result
+    if error is not None:
+        return None, error
+    try:
+        return _as_number(value), None
+    except _BadValue as exc:
+        return None, f"{name}: {exc}"
+
+
+def _settle(trajectory: Trajectory, outcomes: list[tuple[RewardSpec, Outcome]]) -> None:
+    """Write the reward fields from the functions' outcomes and the trajectory's env rewards."""
+    components: dict[str, float] = {}
+    errors: list[str] = []
+    total = 0.0
+    for spec, (value, error) in outcomes:
+        if error is not None:
+            errors.append(error)
+            continue
+        components[spec.component] = value
+        total += spec.weight * value
+    for env, raw in (trajectory.get(ENV_REWARDS) or {}).items():
+        name = f"{ENV_COMPONENT_PREFIX}{env}"
+        try:
+            value = _as_number(raw)
+        except _BadValue as exc:
+            errors.append(f"{name}: {exc}")
+            continue
+        components[name] = value
+        total += value
+    trajectory.update({
+        REWARD: None if errors else total,
+        COMPONENTS: components,
+        REWARD_ERROR: "; ".join(errors) if errors else None,
+    })
 
 
 class _BadValue(ValueError):

@@ -8,6 +8,7 @@ reported before any engine starts rather than as a reward error on every traject
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +31,12 @@ class RewardSpec:
     """A reward function: ``function`` (``"module:function"``, or in Python the function itself; sync or
     async, called with the finished trajectory, returning a number), its ``weight`` in the trajectory's
     reward, its ``name`` among the reward components (default: the function's name) and ``timeout_s``,
-    the deadline of one call."""
+    the deadline of one call. ``kwargs`` are passed to every call.
+
+    Batch mode (``batch: true``) calls the function once per batch with the list of its finished
+    trajectories; it returns one number per trajectory, in order. ``function`` may also name an
+    ``Env`` class (``"module:MyEnv"``): it is built once per worker with ``kwargs`` and its
+    ``evaluate(trajectories)`` scores each batch, so ``batch`` is implied."""
 
     function: str | Callable[[Any], Any] = field(
         metadata={"help": "import path of the reward function, 'package.module:function'"}
@@ -39,6 +45,10 @@ class RewardSpec:
     name: str | None = field(default=None, metadata={"help": "component name (default: the function's name)"})
     timeout_s: float = field(
         default=DEFAULT_REWARD_TIMEOUT_S, metadata={"help": "deadline of one call, in seconds"}
+    )
+    batch: bool = field(default=False, metadata={"help": "call once per batch with the list of trajectories"})
+    kwargs: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "keyword arguments of each call (of an Env class: its constructor)"}
     )
 
     @classmethod
@@ -57,7 +67,7 @@ class RewardSpec:
                 raise RewardConfigError(f"{where}: 'function' is required, e.g. function: my_pkg.rewards:exact_answer")
             return cls(**dict(value))
         raise RewardConfigError(
-            f"{where} must be a mapping (function, weight, name, timeout_s) or a 'module:function' string, "
+            f"{where} must be a mapping (function, weight, name, timeout_s, batch, kwargs) or a 'module:function' string, "
             f"got {type(value).__name__}"
         )
 
@@ -72,7 +82,7 @@ class RewardSpec:
 
     def check(self, where: str = "rewards") -> RewardSpec:
         """Check the values (not the import path; ``load`` does that); returns ``self``."""
-        if not _is_function(self.function) and (
+        if not (_is_function(self.function) or _is_evaluator_class(self.function)) and (
             not isinstance(self.function, str) or self.function.count(":") != 1 or not all(self.function.split(":"))
         ):
             raise RewardConfigError(
@@ -85,6 +95,10 @@ class RewardSpec:
             math.isfinite(self.timeout_s) and self.timeout_s > 0
         ):
             raise RewardConfigError(f"{where}.timeout_s must be a number of seconds > 0, got {self.timeout_s!r}")
+        if not isinstance(self.batch, bool):
+            raise RewardConfigError(f"{where}.batch must be true or false, got {self.batch!r}")
+        if not isinstance(self.kwargs, Mapping) or not all(isinstance(k, str) for k in self.kwargs):
+            raise RewardConfigError(f"{where}.kwargs must be a mapping of keyword arguments, got {self.kwargs!r}")
         if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
             raise RewardConfigError(f"{where}.name must be a non-empty string (or left out), got {self.name!r}")
         if self.component.startswith(ENV_COMPONENT_PREFIX):
@@ -94,22 +108,44 @@ class RewardSpec:
             )
         return self
 
-    def load(self, where: str = "rewards") -> Callable[[Any], Any]:
-        """The function at ``function``; ``RewardConfigError`` when it cannot be imported or is not callable."""
+    def load(self, where: str = "rewards") -> Any:
+        """The function (or ``Env`` class) at ``function``; ``RewardConfigError`` when it cannot be
+        imported or is neither."""
         if not isinstance(self.function, str):
             return self.check(where).function
         obj = load_object(self.function, what=f"{where}.function", error=RewardConfigError)
-        if not _is_function(obj):
+        if not (_is_function(obj) or _is_evaluator_class(obj)):
             raise RewardConfigError(
                 f"{where}.function {self.function!r} is a {type(obj).__name__}, not a function; name a function "
-                "that takes the finished trajectory and returns a number"
+                "that takes the finished trajectory and returns a number (or an Env class, whose evaluate scores "
+                "a batch)"
             )
         return obj
+
+    def bind(self, where: str = "rewards") -> tuple[Callable[[Any], Any], bool]:
+        """``(callable, batch)``: the loaded function with ``kwargs`` bound, or a built ``Env``'s ``evaluate``
+        (batch mode). An ``Env`` that cannot be built raises ``RewardConfigError``."""
+        obj = self.load(where)
+        kwargs = dict(self.kwargs)
+        if not _is_evaluator_class(obj):
+            return (functools.partial(obj, **kwargs) if kwargs else obj), self.batch
+        try:
+            instance = obj(**kwargs)
+        except Exception as exc:
+            raise RewardConfigError(
+                f"{where}: cannot build {self.function!r} with kwargs {kwargs}: {type(exc).__name__}: {exc}; fix its kwargs"
+            ) from exc
+        return instance.evaluate, True
 
 
 def _is_function(value: Any) -> bool:
     """A callable that is not a class (a class would be instantiated, not scored with)."""
     return callable(value) and not inspect.isclass(value)
+
+
+def _is_evaluator_class(value: Any) -> bool:
+    """A class with an ``evaluate`` method, such as an ``Env``: built once, it scores whole batches."""
+    return inspect.isclass(value) and callable(getattr(value, "evaluate", None))
 
 
 def check_reward_specs(values: Any, *, load: bool = True) -> list[RewardSpec]:
