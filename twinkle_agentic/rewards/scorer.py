@@ -5,7 +5,7 @@ with tool calls and tool results, its ``tools``, and every field of its prompt r
 ``ground_truth``), all calls of a batch at once: ``async def`` functions on the scorer's event loop,
 the others each on a thread of their own, so one deadline (``timeout_s``) holds for both kinds. A
 batch-mode function (``batch``, or an ``Env`` class's ``evaluate``) is called once with the list of
-graded trajectories instead. Env episode rewards the rollout recorded (``env_rewards``) join as
+graded trajectories instead (an element that is an exception is that trajectory's error). Env episode rewards the rollout recorded (``env_rewards``) join as
 components ``env:<name>`` of weight 1.
 
 Each scored trajectory gets ``reward`` (the weighted sum), ``reward_components`` (``{name: value}``) and
@@ -116,7 +116,10 @@ class RewardScorer:
             got = f"{len(result)} values" if isinstance(result, (list, tuple)) else type(result).__name__
             problem = f"{name}: returned {got} for a batch of {len(graded)}; return one number per trajectory, in order"
             return [(None, problem)] * len(graded)
-        return [_outcome(name, (value, None)) for value in result]
+        return [
+            (None, f"{name}: {format_error(value)}") if isinstance(value, Exception) else _outcome(name, (value, None))
+            for value in result
+        ]
 
     async def _call(self, bound: _Bound, argument: Any) -> tuple[Any, str | None]:
         """``(result, None)`` or ``(None, error)`` for one call of one function."""
