@@ -5,8 +5,8 @@ with tool calls and tool results, its ``tools``, and every field of its prompt r
 ``ground_truth``), all calls of a batch at once: ``async def`` functions on the scorer's event loop,
 the others each on a thread of their own, so one deadline (``timeout_s``) holds for both kinds. A
 batch-mode function (``batch``, or an ``Env`` class's ``evaluate``) is called once with the list of
-graded trajectories instead (an element that is an exception is that trajectory's error). Env episode rewards the rollout recorded (``env_rewards``) join as
-components ``env:<name>`` of weight 1.
+graded trajectories instead (an element that is an exception is that trajectory's error). Env
+episode rewards the rollout recorded (``env_rewards``) join as components ``env:<name>`` of weight 1.
 
 Each scored trajectory gets ``reward`` (the weighted sum), ``reward_components`` (``{name: value}``) and
 ``reward_error``. A function that raises, overruns its deadline or returns something other than a
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import logging
 import math
 import numbers
 import threading
@@ -32,8 +31,6 @@ from twinkle_agentic.data_format import Trajectory
 from twinkle_agentic.rollout.base import API_ERROR, ERROR, format_error
 
 from .spec import ENV_COMPONENT_PREFIX, RewardSpec, check_reward_specs
-
-logger = logging.getLogger(__name__)
 
 REWARD = "reward"
 COMPONENTS = "reward_components"
@@ -53,8 +50,9 @@ class _Slots:
 
 
 class RewardScorer:
-    """Scores finished trajectories with ``specs`` (``RewardSpec`` objects, mappings or ``"module:function"``
-    strings); the functions are imported once, here. ``score`` may be called from several threads."""
+    """Scores finished trajectories with ``specs`` (``RewardSpec`` objects, their mappings, ``"module:function"``
+    strings or functions); functions are imported and ``Env`` classes built once, here. ``score`` may be
+    called from several threads at once (a worker's concurrent batches)."""
 
     def __init__(self, specs: Sequence[RewardSpec | Mapping[str, Any] | str] = (), *, max_threads: int = DEFAULT_MAX_THREADS):
         self.specs = check_reward_specs(list(specs), load=False)
