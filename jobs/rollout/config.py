@@ -173,9 +173,9 @@ class RolloutJobConfig:
         return self.farm
 
     def fingerprint(self) -> dict[str, Any]:
-        """The settings a finished trajectory depends on; a resumed run must match them. ``groups`` is
-        left out for one sample per prompt with the default settings, so journals written before
-        groups existed still resume."""
+        """The settings a finished trajectory depends on; a resumed run must match them. ``rewards`` is
+        left out when none is configured, and ``groups`` for one sample per prompt with the default
+        settings, so journals written before either existed still resume."""
         rollout = self.rollout
         return {
             "model": model_identity(self.engine.model),
@@ -188,6 +188,7 @@ class RolloutJobConfig:
             "tools": sorted(s.name for s in self.tools),
             "envs": sorted(s.name for s in self.envs),
             **({"mode_options": dict(rollout.mode_options)} if rollout.mode_options else {}),
+            **({"rewards": [reward_identity(r) for r in rollout.rewards]} if rollout.rewards else {}),
             **({"groups": to_mapping(self.groups)} if self.samples_per_prompt > 1 or self.groups != GroupConfig() else {}),
         }
 
@@ -245,6 +246,15 @@ class RolloutJobConfig:
     def to_dict(self) -> dict[str, Any]:
         """The YAML-shaped view (what ``config_from_mapping`` reads back)."""
         return to_mapping(self)
+
+
+def reward_identity(spec: Any) -> dict[str, Any]:
+    """A reward function's settings as JSON: a function given as an object (not an import path) by its
+    ``module:qualname``."""
+    function = spec.function
+    if not isinstance(function, str):
+        function = f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', type(function).__name__)}"
+    return {**to_mapping(spec), "function": function}
 
 
 def model_identity(model: str) -> str:

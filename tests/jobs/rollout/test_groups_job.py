@@ -5,6 +5,7 @@ with the scripted engine (``tests.support.farm_fakes:ScriptedMode``) and real re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,7 @@ from twinkle_agentic.jobs.rollout.journal import Journal
 from twinkle_agentic.jobs.rollout.prompts import to_trajectories
 from twinkle_agentic.jobs.rollout.summary import RolloutTally, rollout_figures
 
+from twinkle_agentic.rewards import RewardSpec
 from twinkle_agentic.rollout.groups import GroupConfig
 
 FINGERPRINT = {"model": "m"}
@@ -58,7 +60,7 @@ def test_several_greedy_samples_per_prompt_are_refused_naming_the_fix(tmp_path, 
     assert "# 4 trajectories from" in capsys.readouterr().out
 
 
-def test_group_settings_from_yaml_and_flags_reach_the_fingerprint(tmp_path):
+def test_group_and_reward_settings_reach_the_fingerprint(tmp_path):
     argv = ["--prompts", "p", "--output", str(tmp_path), "--samples-per-prompt", "2", "--sampling.temperature", "0.8",
             "--groups.advantage", "dr_grpo", "--groups.max_member_retries", "2", "--groups.tool_errors_fail", "true"]  # fmt: skip
     cfg = resolve_config(build_parser().parse_args(argv))
@@ -70,6 +72,15 @@ def test_group_settings_from_yaml_and_flags_reach_the_fingerprint(tmp_path):
     assert "groups" not in single.fingerprint()  # one sample, default settings: earlier journals still resume
     tuned = config_from_mapping({"prompts": "p", "output": "o", "groups": {"epsilon": 0.01}}).validate()
     assert tuned.fingerprint()["groups"]["epsilon"] == 0.01
+    scored = config_from_mapping(
+        {"prompts": "p", "output": "o", "rewards": [{"function": "twinkle_agentic.rewards.builtin:contains_ground_truth"}]}
+    ).validate()
+    (reward,) = scored.fingerprint()["rewards"]  # a changed reward function changes what the journal holds
+    assert reward["function"] == "twinkle_agentic.rewards.builtin:contains_ground_truth" and reward["weight"] == 1.0
+    in_python = dataclasses.replace(scored, rollout=dataclasses.replace(scored.rollout, rewards=[RewardSpec(reward_from_row)]))
+    assert in_python.fingerprint()["rewards"][0]["function"] == "tests.jobs.rollout.test_groups_job:reward_from_row"
+    json.dumps(in_python.fingerprint())  # what run.json holds
+    assert "rewards" not in single.fingerprint()
     with pytest.raises(ConfigError, match="groups.advantage must be one of"):
         config_from_mapping({"prompts": "p", "output": "o", "groups": {"advantage": "ppo"}}).validate()
     with pytest.raises(ConfigError, match=r"groups: unknown key\(s\) \['retries'\]"):

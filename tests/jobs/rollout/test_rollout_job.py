@@ -59,6 +59,7 @@ def test_interrupted_job_resumes_under_ray_job_submit_without_loss_or_duplicates
     from twinkle_agentic.net import free_port
 
     settings = job_settings(tmp_path, free_port(), limit=16)
+    settings["rewards"] = [{"function": "twinkle_agentic.rewards.builtin:contains_ground_truth"}]
     config = tmp_path / "rollout.yaml"
     config.write_text(yaml.safe_dump(settings))
     output = Path(settings["output"])
@@ -105,6 +106,15 @@ def test_interrupted_job_resumes_under_ray_job_submit_without_loss_or_duplicates
         record = json.loads(line)
         assert record["stop_reason"] in {"stop", "length", "max_turns", "error"}
         assert len(record["input_ids"]) == len(record["labels"])
+        # one sample per prompt: singleton groups, scored by contains_ground_truth (advantage 0), or failed
+        assert record["group_id"] == record["prompt_id"] == record["trajectory_id"] and record["group_size"] == 1
+        if record["group_failed"]:
+            assert record["advantage"] is None and record["group_error"].startswith(f"member {record['trajectory_id']}:")
+        else:
+            assert 0.0 <= record["reward"] <= 1.0 and record["advantage"] == 0.0
+            assert record["reward_components"] == {"contains_ground_truth": record["reward"]}
+    groups = summary["groups_in_output"]
+    assert groups["groups"] == len(expected) and groups["scored"] >= len(expected) - groups["failed_groups"]
 
 
 def test_demo_command_runs_end_to_end(ray_local, tmp_path, capsys):
