@@ -5,6 +5,10 @@ Resume: run 1 is a driver process that joins the session's cluster and is SIGKIL
 batch is in the journal (a crash: no cleanup runs). Run 2 is the same command submitted with
 ``ray job submit`` to a head started here on free ports (cluster.LocalHead, stopped by PID). It must
 skip what run 1 finished and roll out only the rest: every trajectory exactly once.
+
+The run is a GRPO rollout: two sampled trajectories per prompt (a group), scored by
+``contains_ground_truth`` and ``picky`` (below), which fails one member once (its retry succeeds) and
+every member of one group always (the group fails). Groups are written whole, so run 2 resumes by group.
 """
 
 from __future__ import annotations
@@ -26,6 +30,21 @@ from tests.support.farm_settings import REPO_ROOT, job_settings
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 JOURNAL = "trajectories.jsonl"
+FLAKY_MEMBER = "weather-001/s1"  # its reward fails on the first attempt only
+FAILING_GROUP = "calculator-001"  # every member's reward fails on every attempt
+
+
+def picky(trajectory: dict) -> float:
+    """A reward function (0.0) that raises for ``FLAKY_MEMBER``'s first attempt and all of ``FAILING_GROUP``."""
+    if trajectory["trajectory_id"] == FLAKY_MEMBER or trajectory["prompt_id"] == FAILING_GROUP:
+        raise RuntimeError(f"picky refuses {trajectory['trajectory_id']}")
+    return 0.0
+
+
+def complete_groups(ids: list[str], size: int) -> list[str]:
+    """The ids of the groups (``<prompt>/s<k>``) with all ``size`` members among ``ids``, in order."""
+    counts = Counter(i.rsplit("/", 1)[0] for i in ids)
+    return [i for i in ids if counts[i.rsplit("/", 1)[0]] == size]
 
 
 def journal_ids(output: Path) -> list[str]:
@@ -59,11 +78,17 @@ def test_interrupted_job_resumes_under_ray_job_submit_without_loss_or_duplicates
     from twinkle_agentic.net import free_port
 
     settings = job_settings(tmp_path, free_port(), limit=16)
-    settings["rewards"] = [{"function": "twinkle_agentic.rewards.builtin:contains_ground_truth"}]
+    settings["samples_per_prompt"] = 2
+    settings["sampling"] = {**settings["sampling"], "temperature": 0.8}
+    settings["rewards"] = [
+        {"function": "twinkle_agentic.rewards.builtin:contains_ground_truth"},
+        {"function": "tests.jobs.rollout.test_rollout_job:picky"},
+    ]
     config = tmp_path / "rollout.yaml"
     config.write_text(yaml.safe_dump(settings))
     output = Path(settings["output"])
-    expected = [f"{kind}-{i:03d}" for kind, n in (("weather", 10), ("calculator", 6)) for i in range(1, n + 1)]
+    prompts = [f"{kind}-{i:03d}" for kind, n in (("weather", 10), ("calculator", 6)) for i in range(1, n + 1)]
+    expected = [f"{p}/s{k}" for p in prompts for k in range(2)]
 
     # run 1: joins the session cluster; killed (SIGKILL, its whole process group) after the first batch
     log = tmp_path / "run1.log"
@@ -79,7 +104,7 @@ def test_interrupted_job_resumes_under_ray_job_submit_without_loss_or_duplicates
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         serve.shutdown()  # the killed driver could not remove its Serve apps from the session cluster
-    done_by_run_1 = journal_ids(output)
+    done_by_run_1 = complete_groups(journal_ids(output), 2)  # a group the kill cut short is run again
     assert 0 < len(done_by_run_1) < len(expected), done_by_run_1
     assert len(set(done_by_run_1)) == len(done_by_run_1)
 
@@ -102,19 +127,32 @@ def test_interrupted_job_resumes_under_ray_job_submit_without_loss_or_duplicates
     assert summary["trajectories_in_output"] == len(expected)
     assert "embedded" not in summary["cluster"] and "4 CPUs" in summary["cluster"]  # ran on the submitted-to head
     assert f"{len(done_by_run_1)} resumed from an earlier run" in logs  # the job's printed summary
+    groups: dict[str, list[dict]] = {}
     for line in (output / JOURNAL).read_text().splitlines():
         record = json.loads(line)
         assert record["stop_reason"] in {"stop", "length", "max_turns", "error"}
         assert len(record["input_ids"]) == len(record["labels"])
-        # one sample per prompt: singleton groups, scored by contains_ground_truth (advantage 0), or failed
-        assert record["group_id"] == record["prompt_id"] == record["trajectory_id"] and record["group_size"] == 1
-        if record["group_failed"]:
-            assert record["advantage"] is None and record["group_error"].startswith(f"member {record['trajectory_id']}:")
+        assert record["trajectory_id"] == f"{record['group_id']}/s{record['sample_index']}"
+        assert record["group_id"] == record["prompt_id"] and record["group_size"] == 2
+        groups.setdefault(record["group_id"], []).append(record)
+    for gid, members in groups.items():
+        if members[0]["group_failed"]:
+            assert all(m["group_failed"] and m["advantage"] is None for m in members), gid
+            continue
+        for member in members:
+            assert 0.0 <= member["reward"] <= 1.0, member
+            assert member["reward_components"] == {"contains_ground_truth": member["reward"], "picky": 0.0}
+        assert abs(sum(m["advantage"] for m in members)) < 1e-6, gid  # advantages of a group sum to 0
+        if members[0]["reward"] == members[1]["reward"]:
+            assert [m["advantage"] for m in members] == [0.0, 0.0]
         else:
-            assert 0.0 <= record["reward"] <= 1.0 and record["advantage"] == 0.0
-            assert record["reward_components"] == {"contains_ground_truth": record["reward"]}
-    groups = summary["groups_in_output"]
-    assert groups["groups"] == len(expected) and groups["scored"] >= len(expected) - groups["failed_groups"]
+            assert sorted(abs(m["advantage"]) for m in members) == pytest.approx([1.0, 1.0], abs=1e-4)  # 2 samples: +-1
+    flaky = {m["trajectory_id"]: m for m in groups["weather-001"]}
+    assert not flaky[FLAKY_MEMBER]["group_failed"] and flaky[FLAKY_MEMBER]["member_attempts"] == 2
+    assert all(m["group_failed"] and m["member_attempts"] == 2 for m in groups[FAILING_GROUP])
+    assert "picky refuses calculator-001/s0/retry1" in groups[FAILING_GROUP][0]["group_error"]
+    in_output = summary["groups_in_output"]
+    assert in_output["groups"] == len(prompts) and in_output["failed_groups"] >= 1
 
 
 def test_demo_command_runs_end_to_end(ray_local, tmp_path, capsys):
