@@ -50,3 +50,23 @@ def test_the_worker_scores_every_trajectory_of_a_batch(worker):
 def test_a_bad_reward_function_stops_the_worker_before_its_engine_starts():
     with pytest.raises(FarmConfigError, match=r"rewards\[0\]\.function 'my_graders:exact': cannot import module"):
         RolloutWorker(EngineConfig("scripted", mode="tests.support.farm_fakes:BrokenMode"), RolloutSpec(rewards=["my_graders:exact"]))
+
+
+def penalty_for_ids(trajectory: dict) -> float:
+    """A reward named by this test module's path: the worker actor imports it like user code."""
+    return -1.0 if trajectory["trajectory_id"].endswith("3") else 0.0
+
+
+@pytest.mark.integration
+def test_workers_on_ray_score_what_they_roll_out(ray_local):
+    from twinkle_agentic.actors import FarmOptions, RolloutFarm
+
+    rewards = [CONTAINS, {"function": "tests.rewards.test_worker_rewards:penalty_for_ids", "weight": 0.5}]
+    farm = RolloutFarm(SCRIPTED, RolloutSpec(rewards=rewards), FarmOptions(engines=1, batch_size=2))
+    try:
+        farm.start()
+        out = [t for done in farm.run([row(i, ground_truth="ok") for i in range(5)]) for t in done.trajectories]
+    finally:
+        farm.shutdown()
+    assert {t["trajectory_id"]: t["reward"] for t in out} == {"t0": 1.0, "t1": 1.0, "t2": 1.0, "t3": 0.5, "t4": 1.0}
+    assert all(t["reward_components"]["contains_ground_truth"] == 1.0 and t["reward_error"] is None for t in out)
