@@ -24,7 +24,7 @@ from typing import Any
 
 from twinkle_agentic.actors.catalog import ENVS_KEY, TOOLSETS_KEY
 
-from twinkle_agentic.rollout.groups import GroupCollector
+from twinkle_agentic.rollout.groups import GroupCollector, roll_groups
 
 from .capacity import Demand, check_schedulable, cluster_capacity, plan_demand
 from .config import ConfigError, RolloutJobConfig
@@ -162,36 +162,24 @@ def in_background(fn: Callable[[], Any]) -> Future:
 def _roll(
     cfg: RolloutJobConfig, farm: Any, todo: list[dict[str, Any]], journal: Journal, tally: RolloutTally
 ) -> float:
-    """Stream the farm's batches into groups and the complete groups into the journal; failed members
-    go back to the farm in a further run (see ``GroupCollector``). Returns the rollout's wall time."""
+    """Stream the farm's batches into groups and each batch's complete groups into the journal (failed
+    members go back to the farm in a further run: ``roll_groups``). Returns the rollout's wall time."""
     from tqdm import tqdm
 
     start = time.perf_counter()
     collector = GroupCollector(cfg.groups)
-    collector.expect(todo)
     with tqdm(
         total=len(todo), unit="traj", desc="rollout", disable=not cfg.progress, dynamic_ncols=True
     ) as bar:
-        pending = todo
-        while pending:
-            retries: list[dict[str, Any]] = []
-            for batch in farm.run(pending):
-                tally.add([], batch.activity, batch.generated_tokens)
-                groups = []
-                for trajectory in batch.trajectories:
-                    collected = collector.add(trajectory)
-                    retries += collected.retries
-                    groups += collected.groups
-                journal.append([member for group in groups for member in group])
-                for group in groups:
-                    tally.add_group(group)
-                    bar.update(len(group))
-                tally.member_retries = collector.retried
-                bar.set_postfix(
-                    errors=tally.stop_reasons.get("error", 0), failed_groups=tally.failed_groups,
-                    restarts=farm.restarts, refresh=False,
-                )  # fmt: skip
-            pending = retries
-    if collector.pending:
-        raise RuntimeError(f"{collector.pending} group(s) did not complete: the farm lost trajectories")
+        for batch, groups in roll_groups(farm.run, todo, collector):
+            tally.add([], batch.activity, batch.generated_tokens)
+            journal.append([member for group in groups for member in group])
+            for group in groups:
+                tally.add_group(group)
+                bar.update(len(group))
+            tally.member_retries = collector.retried
+            bar.set_postfix(
+                errors=tally.stop_reasons.get("error", 0), failed_groups=tally.failed_groups,
+                restarts=farm.restarts, refresh=False,
+            )  # fmt: skip
     return time.perf_counter() - start

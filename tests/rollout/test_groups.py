@@ -15,6 +15,7 @@ from twinkle_agentic.rollout.groups import (
     advantages,
     member_failure,
     retry_id,
+    roll_groups,
     tool_errors,
 )
 
@@ -218,3 +219,35 @@ def test_unexpected_and_badly_grouped_trajectories_are_refused():
     collector.add(finished(inputs("g", 2)[0], 1.0))
     with pytest.raises(ValueError, match="came back twice"):
         collector.add(finished(inputs("g", 2)[0], 1.0))
+
+
+# -- roll_groups: a collector driving any run function -------------------------------------------------
+
+
+class Batch:
+    def __init__(self, trajectories: list[dict]):
+        self.trajectories = trajectories
+
+
+def test_roll_groups_resubmits_failed_members_in_a_further_run():
+    runs: list[list[str]] = []
+
+    def run(todo):
+        runs.append([t["trajectory_id"] for t in todo])
+        for t in reversed(todo):  # one trajectory per batch, last first
+            failed = t["trajectory_id"] == "p/s0"  # fails on its first attempt only
+            yield Batch([{**finished(t, float(t["sample_index"])), **({"stop_reason": "error"} if failed else {})}])
+
+    events = list(roll_groups(run, inputs("p", 2) + inputs("q", 1), GroupCollector(GroupConfig(advantage="dr_grpo"))))
+    assert runs == [["p/s0", "p/s1", "q/s0"], ["p/s0/retry1"]]
+    released = [[m["trajectory_id"] for m in g] for _, groups in events for g in groups]
+    assert released == [["q/s0"], ["p/s0", "p/s1"]]  # p completes in the second run
+    assert [m["advantage"] for m in events[-1][1][0]] == [-0.5, 0.5]
+
+
+def test_roll_groups_refuses_a_run_that_loses_trajectories():
+    def lossy(todo):
+        yield Batch([finished(todo[0], 1.0)])
+
+    with pytest.raises(RuntimeError, match="1 group"):
+        list(roll_groups(lossy, inputs("p", 2), GroupCollector()))

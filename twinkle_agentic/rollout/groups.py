@@ -20,12 +20,16 @@ fresh rollout (``add`` hands back a copy of its input under a new trajectory id,
 ``group_failed: True`` and ``advantage`` None, because dropping only the failed member would bias
 the group's mean towards the samples that happened to succeed. A group whose members all succeeded
 but carry no reward (no reward function configured) is released with ``advantage`` None.
+
+``roll_groups`` drives a farm with a collector: it runs the trajectories, then the retries the
+collector asks for in a further run, until every group is released (``RolloutFarm.run`` takes a
+fixed list, so a retry waits for the run it failed in to end).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,3 +229,27 @@ class GroupCollector:
             {**m, **common, "advantage": value, "group_failed": False, "group_error": None}
             for m, value in zip(members, values, strict=True)
         ]
+
+
+def roll_groups(
+    run: Callable[[list[dict[str, Any]]], Iterable[Any]],
+    trajectories: list[dict[str, Any]],
+    collector: GroupCollector,
+) -> Iterator[tuple[Any, list[list[dict[str, Any]]]]]:
+    """Roll out ``trajectories`` with ``run`` (``RolloutFarm.run``: batches with ``.trajectories``) and
+    yield each batch with the groups it completed; failed members go to a further ``run`` until every
+    group is released. Raises RuntimeError if ``run`` loses a trajectory."""
+    collector.expect(trajectories)
+    pending = list(trajectories)
+    while pending:
+        retries: list[dict[str, Any]] = []
+        for batch in run(pending):
+            groups: list[list[dict[str, Any]]] = []
+            for trajectory in batch.trajectories:
+                collected = collector.add(trajectory)
+                groups += collected.groups
+                retries += collected.retries
+            yield batch, groups
+        pending = retries
+    if collector.pending:
+        raise RuntimeError(f"{collector.pending} group(s) did not complete: the rollout lost trajectories")
