@@ -80,6 +80,8 @@ def job_config(args: argparse.Namespace, model: str) -> Any:
     """The farm and its services as the rollout job declares them (one config tree, one deploy path)."""
     from twinkle_agentic.jobs.rollout.config import config_from_mapping
 
+    from twinkle_agentic.net import free_port
+
     return config_from_mapping(
         {
             "prompts": "-",
@@ -94,6 +96,7 @@ def job_config(args: argparse.Namespace, model: str) -> Any:
             "groups": {"advantage": args.advantage},
             "samples_per_prompt": args.group_size,
             "progress": False,
+            "serve_port": free_port(),
             "tools": [
                 {
                     "name": "demo_tools",
@@ -215,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
     finally:
         farm.shutdown()
+        if not info.embedded:  # a cluster of the caller's: leave it as it was
+            services.teardown()
     print(f"metrics: {metrics_path}")
     return 0
 
