@@ -30,16 +30,13 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twinkle_agentic.data_format import Trajectory
 
 from .activity import Activity
 from .config import EngineConfig, FarmConfigError, FarmOptions, RolloutSpec
 from .worker import CONTROL_GROUP, ID_KEY, RolloutWorker, error_trajectory
-
-if TYPE_CHECKING:
-    from twinkle_agentic.rollout.groups import GroupCollector
 
 logger = logging.getLogger(__name__)
 
@@ -346,34 +343,6 @@ class RolloutFarm:
                     for ref in slot.inflight:
                         self._owner.pop(ref, None)
                     slot.inflight, slot.exclusive, slot.abandoned = {}, False, True
-
-    def run_groups(
-        self, trajectories: Iterable[Trajectory], collector: GroupCollector | None = None
-    ) -> Iterator[tuple[FarmBatch, list[list[Trajectory]]]]:
-        """Roll out trajectories that carry ``group_id`` and ``group_size`` (the samples of a prompt);
-        yields each batch with the groups it completed, each member with its ``advantage``.
-
-        ``collector`` (default ``GroupCollector()``) decides when a member failed: it is rolled out
-        again, fresh, in a further run; a group whose retries ran out comes back failed. Every group
-        comes back exactly once.
-        """
-        from twinkle_agentic.rollout.groups import GroupCollector
-
-        collector = collector or GroupCollector()
-        pending = list(trajectories)
-        collector.expect(pending)
-        while pending:
-            retries: list[Trajectory] = []
-            for batch in self.run(pending):
-                groups = []
-                for trajectory in batch.trajectories:
-                    collected = collector.add(trajectory)
-                    retries += collected.retries
-                    groups += collected.groups
-                yield batch, groups
-            pending = retries
-        if collector.pending:
-            raise RuntimeError(f"{collector.pending} group(s) did not complete: the farm lost trajectories")
 
     def _drive(self, queue: deque[Batch]) -> Iterator[FarmBatch]:
         while queue or self._owner or self._out:

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     from twinkle_agentic.jobs.rollout.services import deploy
 
     from twinkle_agentic.demo import tiny_model_path
-    from twinkle_agentic.rollout.groups import GroupCollector
+    from twinkle_agentic.rollout.groups import GroupCollector, roll_groups
 
     args = parse_args(argv)
     args.output.mkdir(parents=True, exist_ok=True)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 collector = GroupCollector(cfg.groups)
                 items = group_items(step, arithmetic_prompts(rng, args.prompts), args.group_size)
-                groups = [group for _, done in farm.run_groups(items, collector) for group in done]
+                groups = [group for _, done in roll_groups(farm.run, items, collector) for group in done]
                 t1 = time.perf_counter()
                 members = scored_members(groups)
                 rewards = [m["reward"] for m in members]
