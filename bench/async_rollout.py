@@ -55,13 +55,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.records import emit_record, git_sha  # noqa: E402
+from twinkle_agentic.local_cpu import use_local_cpu_defaults  # noqa: E402
 
-for _key, _value in {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "TORCH_COMPILE_DISABLE": "1",
-    "HF_HUB_OFFLINE": "1",
-}.items():
-    os.environ.setdefault(_key, _value)
+use_local_cpu_defaults()
 
 BASELINES = {"offline": "sync_offline", "same": "sync_same"}
 

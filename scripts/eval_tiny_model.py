@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -32,8 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-for key, value in {"VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1"}.items():
-    os.environ.setdefault(key, value)
+from twinkle_agentic.local_cpu import use_local_cpu_defaults  # noqa: E402
+
+use_local_cpu_defaults()
 
 from twinkle_agentic.rollout.base import DEFAULT_MAX_TURNS  # noqa: E402
 

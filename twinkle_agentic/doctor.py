@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+
+from twinkle_agentic.local_cpu import use_local_cpu_defaults
 
 
 @dataclass
@@ -79,8 +80,7 @@ def _probe_vllm(deep: bool) -> Callable[[], str]:
             return f"vllm {vllm.__version__} on {device}; tiny model {'present' if has_model else 'missing'}"
         if not has_model:
             raise FileNotFoundError(f"tiny model not found at {model}")
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
+        use_local_cpu_defaults()
         llm = vllm.LLM(model=str(model), max_model_len=512, enforce_eager=True)
         out = llm.generate(["<|im_start|>user\nhi<|im_end|>\n"], vllm.SamplingParams(max_tokens=4))
         return f"vllm {vllm.__version__} on {device}: tiny model generated {len(out[0].outputs[0].token_ids)} tokens"

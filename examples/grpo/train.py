@@ -25,15 +25,15 @@ import argparse
 import copy
 import json
 import math
-import os
 import random
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-for _key, _value in {"VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1"}.items():
-    os.environ.setdefault(_key, _value)
+from twinkle_agentic.local_cpu import use_local_cpu_defaults
+
+use_local_cpu_defaults()
 
 PHRASES = (
     "What is {a} {op} {b}?",
