@@ -18,7 +18,11 @@ It writes ``DIR/metrics.jsonl``, one line per step: ``step``, ``policy_version``
 that generated the step's trajectories), ``mean_reward`` and ``reward_std`` (over the scored
 trajectories), ``groups``, ``failed_groups``, ``mismatch_mean_abs`` / ``mismatch_p99_abs`` (per
 token, |engine logprob - trainer logprob| on the rollout tokens under the weights that generated
-them), ``rollout_s``, ``train_s``, ``update_s``, and the loss's figures.
+them), ``rollout_s``, ``train_s``, ``update_s``, and the loss's figures. With ``--overlap``,
+``policy_version`` is the oldest version of the step's tokens (the mismatch is taken under the
+trainer's weights of that version), ``staleness`` the trainer's version minus it, ``stale_groups``
+the groups found staler than the bound, ``rollout_s`` how long the trainer waited for the step and
+``update_s`` the posting of the weights (the farm loads them in the background).
 """
 
 from __future__ import annotations
