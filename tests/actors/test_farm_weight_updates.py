@@ -81,32 +81,34 @@ def run_with_update_after_first(farm: RolloutFarm, items: list[dict], weights) -
     for finished in farm.run(items):
         out += finished.trajectories
         if wall is None:
+            time.sleep(0.5)  # the next trajectory is running by now (it runs for seconds)
             start = time.monotonic()
             farm.update_weights(weights)
             wall = time.monotonic() - start
     return out, wall
 
 
-def running_update_farm(model: str, **options) -> RolloutFarm:
-    """One worker, one trajectory per batch, two batches held: while t1 runs, t2 waits in the worker."""
-    return RolloutFarm(
+UPDATE_DURING_T1 = trajectories(4, t1={"hang_s": 2.5})
+
+
+def update_during_t1(model: str, weights, **options) -> tuple[RolloutFarm, dict[str, dict], float]:
+    """One worker, one trajectory per batch, two batches held: the update lands while t1 runs and t2
+    waits in the worker. Returns the (shut down) farm, the trajectories by id and the update's wall time."""
+    farm = RolloutFarm(
         scripted(model), RolloutSpec(), FarmOptions(engines=1, batch_size=1, inflight_per_worker=2, **options)
     )
-
-
-UPDATE_DURING_T1 = trajectories(4, t1={"hang_s": 2.5})
+    try:
+        results, wall = run_with_update_after_first(farm, UPDATE_DURING_T1, weights)
+    finally:
+        farm.shutdown()
+    assert Counter(t["trajectory_id"] for t in results) == Counter(f"t{i}" for i in range(4))
+    return farm, {t["trajectory_id"]: t for t in results}, wall
 
 
 def test_on_update_finish_waits_for_the_running_trajectory_and_holds_the_queued_one(
     ray_local, tiny_model_path, tiny_state
 ):
-    farm = running_update_farm(tiny_model_path, on_update="finish")
-    try:
-        results, wall = run_with_update_after_first(farm, UPDATE_DURING_T1, tiny_state)
-    finally:
-        farm.shutdown()
-    by_id = {t["trajectory_id"]: t for t in results}
-    assert Counter(t["trajectory_id"] for t in results) == Counter(f"t{i}" for i in range(4))
+    farm, by_id, wall = update_during_t1(tiny_model_path, tiny_state, on_update="finish")
     assert (by_id["t1"]["started_version"], by_id["t1"]["policy_version"]) == (0, 0)  # finished on the old weights
     assert by_id["t2"]["started_version"] == by_id["t3"]["started_version"] == 1  # held until the update
     assert farm.last_update.workers[0]["wait_s"] > 1.0 and wall > 1.0
@@ -115,13 +117,7 @@ def test_on_update_finish_waits_for_the_running_trajectory_and_holds_the_queued_
 def test_on_update_abort_and_resume_loads_at_once_and_the_running_trajectory_continues(
     ray_local, tiny_model_path, tiny_state
 ):
-    farm = running_update_farm(tiny_model_path, on_update="abort_and_resume")
-    try:
-        results, wall = run_with_update_after_first(farm, UPDATE_DURING_T1, tiny_state)
-    finally:
-        farm.shutdown()
-    by_id = {t["trajectory_id"]: t for t in results}
-    assert len(results) == 4 and len(by_id) == 4
+    farm, by_id, wall = update_during_t1(tiny_model_path, tiny_state, on_update="abort_and_resume")
     assert (by_id["t1"]["started_version"], by_id["t1"]["policy_version"]) == (0, 1)
     assert farm.last_update.workers[0]["wait_s"] == 0.0 and wall < 2.0
 
@@ -129,13 +125,8 @@ def test_on_update_abort_and_resume_loads_at_once_and_the_running_trajectory_con
 def test_finish_timeout_bounds_the_wait_then_the_rest_continues_on_the_new_weights(
     ray_local, tiny_model_path, tiny_state
 ):
-    farm = running_update_farm(tiny_model_path, on_update="finish", finish_timeout_s=0.5)
-    try:
-        results, wall = run_with_update_after_first(farm, UPDATE_DURING_T1, tiny_state)
-    finally:
-        farm.shutdown()
-    by_id = {t["trajectory_id"]: t for t in results}
-    assert len(by_id) == 4 and (by_id["t1"]["started_version"], by_id["t1"]["policy_version"]) == (0, 1)
+    farm, by_id, wall = update_during_t1(tiny_model_path, tiny_state, on_update="finish", finish_timeout_s=0.5)
+    assert (by_id["t1"]["started_version"], by_id["t1"]["policy_version"]) == (0, 1)
     assert 0.4 < farm.last_update.workers[0]["wait_s"] < 2.0 and wall < 2.5
 
 
