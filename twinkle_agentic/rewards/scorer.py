@@ -131,7 +131,7 @@ class RewardScorer:
         if not done:
             task.cancel()
             note = ""
-            if self._slots is not None and self._slots.overrunning:
+            if not bound.is_async and self._slots is not None and self._slots.overrunning:  # threads held
                 note = f" ({self._slots.overrunning} sync reward calls that overran their deadline are still running)"
             return None, f"{spec.component}: timed out after {spec.timeout_s:g} s{note}"
         try:
