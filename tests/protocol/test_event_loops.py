@@ -69,3 +69,29 @@ def test_precise_loop_runs_coroutines():
     kept = KeptLoop("precise")
     assert kept.run(loop_id()) == kept.run(loop_id())
     kept.close()
+
+
+def test_a_kept_loop_is_closed_by_the_reaper_once_its_owner_is_collected():
+    """The finalizer only queues the loop: it may run inside threading's own locks (a collection
+    during a thread start), where closing the loop (which joins threads) would deadlock."""
+    import gc
+    import time
+
+    from twinkle_agentic.protocol.event_loops import close_when_collected
+
+    class Owner:
+        pass
+
+    owner, kept = Owner(), KeptLoop("asyncio")
+
+    async def answer() -> int:
+        return 42
+
+    assert kept.run(answer()) == 42
+    close_when_collected(owner, kept)
+    del owner
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while not kept._closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert kept._closed

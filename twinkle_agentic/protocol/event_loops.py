@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import selectors
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -127,3 +129,30 @@ class KeptLoop:
             finally:
                 self._held.clear()
                 self._runner.close()
+
+
+_retired: queue.SimpleQueue[KeptLoop] = queue.SimpleQueue()
+_reaper: threading.Thread | None = None
+_reaper_lock = threading.Lock()
+
+
+def _reap() -> None:
+    while True:
+        loop = _retired.get()
+        with contextlib.suppress(Exception):  # nobody is left to tell
+            loop._close()
+
+
+def close_when_collected(owner: Any, loop: KeptLoop) -> None:
+    """Close ``loop`` once ``owner`` is garbage collected, on a reaper thread started here.
+
+    A finalizer runs in whatever thread the collector interrupts, possibly inside ``threading``'s own
+    bookkeeping while it holds the lock every thread start and join needs; closing the loop there
+    (its runner joins its executor's threads) would deadlock. The finalizer only queues the loop
+    (``SimpleQueue.put`` is safe from finalizers)."""
+    global _reaper
+    with _reaper_lock:
+        if _reaper is None:
+            _reaper = threading.Thread(target=_reap, name="kept-loop-reaper", daemon=True)
+            _reaper.start()
+    weakref.finalize(owner, _retired.put, loop)

@@ -146,7 +146,7 @@ class APIMultiTurnRollout(Rollout):
         open from one batch to the next (``close()`` or garbage collection closes them)."""
         if self._loop is None:
             self._loop = event_loops.KeptLoop(self.event_loop)
-            weakref.finalize(self, self._loop.close)
+            event_loops.close_when_collected(self, self._loop)
         return self._loop
 
     def _tool_pool(self) -> concurrent.futures.Executor | None:
