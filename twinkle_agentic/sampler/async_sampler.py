@@ -90,8 +90,6 @@ class AsyncVLLMSampler(ServedWeights):
     async def _generate_on_loop(self, prompt_ids: list[int], params: SamplingParams, request_id: str) -> SampleResponse:
         """One request; when an update aborts it, the prompt plus the tokens so far is resubmitted under
         the new weights until the request finishes for a reason of its own."""
-        if len(prompt_ids) >= self.max_model_len:
-            return context_full_response(prompt_ids)
         parts: list[SampleResponse] = []
         while True:
             await self._serving.wait()
