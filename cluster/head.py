@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,13 @@ from twinkle_agentic.net import free_ports
 from .auth import auth_headers, ray_environment
 from .worker_pool import worker_pool_config
 
-START_TIMEOUT_S = 180.0
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 90.0
+START_ATTEMPTS = 2
+# Logs of the head's processes that say why a part did not come up, by file name in the session.
+PORT_FIELDS = ("gcs_port", "dashboard_port", "agent_port")
+COMPONENT_LOGS = ("dashboard.log", "dashboard_agent.log", "gcs_server.err", "raylet.err")
 
 
 class HeadStartError(RuntimeError):
@@ -48,11 +56,17 @@ class LocalHead:
     process: subprocess.Popen | None = None
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    temp_dir: Path | None = None
+    _picked: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
-        names = [n for n in ("gcs_port", "dashboard_port", "agent_port") if not getattr(self, n)]
-        given = (self.gcs_port, self.dashboard_port, self.agent_port)
-        for name, port in zip(names, free_ports(len(names), self.host, exclude=given), strict=True):
+        self._picked = tuple(n for n in PORT_FIELDS if not getattr(self, n))
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        given = tuple(getattr(self, n) for n in PORT_FIELDS if n not in self._picked)
+        ports = free_ports(len(self._picked), self.host, exclude=given)
+        for name, port in zip(self._picked, ports, strict=True):
             setattr(self, name, port)
 
     @property
@@ -101,16 +115,32 @@ class LocalHead:
             cmd.append(f"--object-store-memory={self.object_store_memory}")
         return cmd
 
-    def start(self, timeout_s: float = START_TIMEOUT_S) -> LocalHead:
+    def start(self, timeout_s: float = START_TIMEOUT_S, attempts: int = START_ATTEMPTS) -> LocalHead:
+        """Start the head and wait until it takes jobs. A port picked free can be taken by another
+        process before Ray binds it, so a failed start is retried on freshly picked ports (those
+        given explicitly are kept), ``attempts`` times in all, each with ``timeout_s``."""
         if self.process is not None:
             raise RuntimeError("this head is already started")
+        if attempts < 1:
+            raise ValueError(f"attempts={attempts}: must be >= 1")
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_once(timeout_s)
+            except HeadStartError as e:
+                if attempt == attempts:
+                    raise
+                logger.warning("Ray head start %d of %d failed; retrying on new ports: %s", attempt, attempts, e)
+                self._pick_ports()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> LocalHead:
         # Short path: Ray's unix sockets live under the temp dir and have a ~107-byte limit.
-        temp_dir = tempfile.mkdtemp(prefix="rh", dir="/tmp")
-        self.log_path = Path(temp_dir) / "head.log"
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))
+        self.log_path = self.temp_dir / "head.log"
         self.env = ray_environment(self.auth_mode)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                self.command(temp_dir),
+                self.command(str(self.temp_dir)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
@@ -129,13 +159,29 @@ class LocalHead:
         available agent to submit job"."""
         deadline = time.monotonic() + timeout_s
         request = urllib.request.Request(f"{self.dashboard_url}/api/version", headers=auth_headers(self.env))
+        dashboard = agent = "not tried"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise HeadStartError(f"ray start exited with {self.process.returncode}:\n{self.log_tail()}")
-            if _http_ok(request) and _port_open(self.host, self.agent_port):
+                raise HeadStartError(f"ray start exited with {self.process.returncode}:\n{self.diagnosis()}")
+            dashboard = _http_status(request)
+            agent = "open" if _port_open(self.host, self.agent_port) else "closed"
+            if dashboard == "HTTP 200" and agent == "open":
                 return
             time.sleep(0.5)
-        raise HeadStartError(f"head not ready after {timeout_s:.0f}s:\n{self.log_tail()}")
+        raise HeadStartError(
+            f"head not ready after {timeout_s:.0f}s: the dashboard at {self.dashboard_url} gave "
+            f"{dashboard}; the dashboard agent's port {self.agent_port} was {agent}.\n{self.diagnosis()}"
+        )
+
+    def diagnosis(self, lines: int = 15) -> str:
+        """The tail of ``ray start``'s output and of each head process's log that has one."""
+        parts = [f"ray start:\n{self.log_tail(40)}"]
+        for name in COMPONENT_LOGS if self.temp_dir else ():
+            path = self.temp_dir / "session_latest" / "logs" / name
+            tail = "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+            if tail:
+                parts.append(f"{name}:\n{tail}")
+        return "\n".join(parts)
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_path or not self.log_path.exists():
@@ -155,12 +201,15 @@ class LocalHead:
         self.stop()
 
 
-def _http_ok(request: urllib.request.Request) -> bool:
+def _http_status(request: urllib.request.Request) -> str:
+    """``HTTP <status>``, or why there was no answer."""
     try:
         with urllib.request.urlopen(request, timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
+            return f"HTTP {resp.status}"
+    except urllib.error.HTTPError as e:
+        return f"HTTP {e.code}"
+    except OSError as e:
+        return f"no answer ({e})"
 
 
 def _port_open(host: str, port: int) -> bool:

@@ -3,9 +3,11 @@
 
 import contextlib
 import json
+import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -181,3 +183,23 @@ def test_failed_job_exits_non_zero(head, tmp_path):
         capture_output=True, text=True, env=head.env, timeout=180,
     )
     assert out.returncode == 1 and ": FAILED" in out.stdout
+
+
+@pytest.mark.integration  # starts a Ray head
+def test_a_head_whose_agent_port_is_taken_starts_again_on_fresh_ports(caplog):
+    """A port picked free can be taken before Ray binds it; the dashboard agent then never comes up,
+    and the head is retried on new ports after saying why, the failed attempt's processes stopped."""
+    head = LocalHead(num_cpus=0, object_store_memory=200 * 1024 * 1024, auth_mode="token")
+    taken = head.agent_port
+    with socket.socket() as squatter, caplog.at_level(logging.WARNING, "twinkle_agentic.cluster.head"):
+        squatter.bind((head.host, taken))  # bound, not listening: the agent cannot bind, nothing answers
+        try:
+            head.start(timeout_s=15, attempts=2)
+            assert head.agent_port != taken
+        finally:
+            head.stop()
+    assert head.process is None
+    (retry,) = [r.getMessage() for r in caplog.records]
+    assert "start 1 of 2 failed; retrying on new ports" in retry
+    assert f"the dashboard agent's port {taken} was closed" in retry
+    assert "address already in use" in retry  # from the agent's own log
