@@ -19,6 +19,7 @@ _EXPORTS = {
     "HardFilter": ".hard",
     "DeadLoopFilter": ".dead_loop",
     "DedupFilter": ".dedup",
+    "NearDedupFilter": ".near_dedup",
     "RefuseFilter": ".refuse",
     "TokenSoupFilter": ".token_soup",
     "ModelFilter": ".model_filter",

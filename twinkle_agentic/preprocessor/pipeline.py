@@ -1,10 +1,10 @@
 """Run a pipeline over input files in this process: the reference the Ray job must match.
 
 Rows are read and parsed by :mod:`twinkle_agentic.io`, as the job reads them, in input order. Each
-``DedupFilter`` runs once on all rows that survived the steps before it; every run of other steps
-between dedups goes through :class:`QualityPreprocessor`. The preprocess job's kept rows and drop
-reasons equal this run's, as sets; use it for data that fits in memory, for tests and to check a
-pipeline before a cluster run.
+global step (``DedupFilter``, ``NearDedupFilter``) runs once on all rows that survived the steps
+before it; every run of other steps between them goes through :class:`QualityPreprocessor`. The
+preprocess job's kept rows and drop reasons equal this run's, as sets; use it for data that fits in
+memory, for tests and to check a pipeline before a cluster run.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from twinkle_agentic.io.records import READ_STEP
 
 from .dedup import DedupFilter
 from .dropped_log import REASON_KEY, UNKNOWN_REASON
+from .near_dedup import ORIGIN_KEY, NearDedupFilter
 from .quality import QualityPreprocessor, step_name
 from .step_specs import PipelineConfigError, build_steps, read_pipeline_config
 
@@ -48,23 +49,29 @@ def unique_names(steps: Sequence[Any]) -> list[str]:
 
 def is_global(step: Any) -> bool:
     """Whether ``step`` needs every row at once (dedup), rather than one batch at a time."""
-    return isinstance(step, DedupFilter)
+    return isinstance(step, (DedupFilter, NearDedupFilter))
 
 
 def read_rows(
-    inputs: Sequence[str], input_format: str | None = None, unreadable: str = UNREADABLE_FAIL
+    inputs: Sequence[str],
+    input_format: str | None = None,
+    unreadable: str = UNREADABLE_FAIL,
+    origin_key: str | None = None,
 ) -> tuple[list[dict], list[tuple[str, str, Any]], int]:
-    """(rows in input order, read drops as (step, reason, value), records read)."""
+    """(rows in input order, read drops as (step, reason, value), records read); with
+    ``origin_key``, each row carries ``[source URI, line]`` under that key."""
     rows: list[dict] = []
     dropped: list[tuple[str, str, Any]] = []
     n = 0
     for source in expand_inputs(list(inputs), input_format):
-        for _, raw, error in read_source(source, unreadable):
+        for line, raw, error in read_source(source, unreadable):
             n += 1
             row, reason, value = parse_read(raw, error)
             if row is None:
                 dropped.append((READ_STEP, reason, value))
             else:
+                if origin_key is not None:
+                    row[origin_key] = [source.uri, line]
                 rows.append(row)
     return rows, dropped, n
 
@@ -108,6 +115,10 @@ def run_steps(rows: list[dict], steps: Sequence[Any]) -> tuple[list[dict], list[
     return flush(rows), dropped
 
 
+def _without(row: Any, key: str) -> Any:
+    return {k: v for k, v in row.items() if k != key} if isinstance(row, dict) and key in row else row
+
+
 def run_pipeline(
     inputs: Sequence[str],
     steps: Sequence[Any] | str | os.PathLike | None = None,
@@ -139,6 +150,11 @@ def run_pipeline(
         raise PipelineConfigError(f"unreadable must be one of {UNREADABLE_MODES}, got {unreadable!r}")
     built = build_steps(steps)
     start = time.perf_counter()
-    rows, dropped, n = read_rows(inputs, input_format, unreadable)
+    # NearDedupFilter names kept rows by their origin, as the job does: rows carry it meanwhile.
+    origin_key = ORIGIN_KEY if any(isinstance(step, NearDedupFilter) for step in built) else None
+    rows, dropped, n = read_rows(inputs, input_format, unreadable, origin_key)
     kept, step_dropped = run_steps(rows, built)
+    if origin_key is not None:
+        kept = [_without(row, origin_key) for row in kept]
+        step_dropped = [(step, reason, _without(row, origin_key)) for step, reason, row in step_dropped]
     return PipelineRun(kept, dropped + step_dropped, n, time.perf_counter() - start)
