@@ -21,6 +21,7 @@ from typing import Any
 
 from ray.data.datasource import Datasink
 
+from twinkle_agentic.io import locate
 from twinkle_agentic.preprocessor.dropped_log import LEDGER_KEYS
 from twinkle_agentic.preprocessor.stats import StepStats
 
@@ -78,14 +79,9 @@ class SinkResult:
 
 
 def output_filesystem(uri: str) -> tuple[Any, str]:
-    from pyarrow import fs
-
-    if "://" in uri and not uri.startswith("file://"):
-        return fs.FileSystem.from_uri(uri)
-    import os
-
-    local = uri[len("file://") :] if uri.startswith("file://") else uri
-    return fs.LocalFileSystem(), os.path.abspath(os.path.expanduser(local))
+    """(pyarrow file system, folder path in it) of the output ``uri`` (:func:`twinkle_agentic.io.locate`)."""
+    where = locate(uri)
+    return where.filesystem, where.path
 
 
 def _literal(value: str) -> bytes:

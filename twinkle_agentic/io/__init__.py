@@ -1,5 +1,6 @@
 """Reading rows from files, line-robust: JSON Lines, JSON arrays and Parquet, compressed or not,
-local or behind a URI, named directly, by directory or by glob.
+local or behind a URI, named directly, by directory or by glob; and where any job's files are
+(:mod:`.location`: local paths and pyarrow-filesystem URIs, written whole or not at all).
 
 A record that does not parse costs only itself (it becomes a drop with its file and number), so one
 bad line never fails a read. No Ray here: the jobs wrap these readers in their Ray Data datasources,
@@ -20,6 +21,7 @@ from .inputs import (
     input_location,
 )
 from .json_array import JSONLayoutError
+from .location import Location, is_local, locate, read_bytes, remove, split_query, write_bytes
 from .records import (
     INVALID_ROW,
     MALFORMED_JSON,
@@ -49,16 +51,23 @@ __all__ = [
     "UNREADABLE_MODES",
     "InputError",
     "JSONLayoutError",
+    "Location",
     "Source",
     "UnreadableInputError",
     "dumps",
     "expand_inputs",
     "format_of",
     "input_location",
+    "is_local",
     "iter_json_text",
     "iter_lines",
     "iter_records",
+    "locate",
     "parse_read",
     "parse_record",
+    "read_bytes",
     "read_source",
+    "remove",
+    "split_query",
+    "write_bytes",
 ]

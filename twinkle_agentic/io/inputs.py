@@ -19,6 +19,8 @@ from typing import Any
 
 from twinkle_agentic.errors import ConfigError
 
+from .location import is_local, local_path, locate, split_query
+
 logger = logging.getLogger(__name__)
 
 JSONL = "jsonl"
@@ -75,24 +77,22 @@ def input_location(spec: str) -> tuple[Any, str, str]:
     """(pyarrow file system, path inside it, prefix that turns such a path back into a URI).
 
     Local paths and ``file://`` URIs use the local file system; any other URI goes through
-    ``pyarrow.fs.FileSystem.from_uri`` (s3://, gs://, hdfs://, ...). Glob characters may follow the
-    bucket or directory part.
+    ``pyarrow.fs.FileSystem.from_uri`` (s3://, gs://, hdfs://, ...; see :mod:`.location`). Glob
+    characters may follow the bucket or directory part; the URI's options (``?...``) are not part of
+    the path: :func:`expand_inputs` puts them back on every URI it lists.
     """
     from pyarrow import fs
 
-    if "://" not in spec or spec.startswith("file://"):
-        local = spec[len("file://") :] if spec.startswith("file://") else spec
-        return fs.LocalFileSystem(), os.path.abspath(os.path.expanduser(local)), ""
-    root = _glob_root(spec) if _GLOB_CHARS.search(spec) else spec
+    base, query = split_query(spec)
+    if is_local(base):
+        return fs.LocalFileSystem(), local_path(base), ""
+    root = _glob_root(base) if _GLOB_CHARS.search(base) else base
     try:
-        filesystem, root_path = fs.FileSystem.from_uri(root)
-    except Exception as exc:  # pyarrow raises ArrowInvalid/OSError with its own explanation
-        raise InputError(f"cannot open input {spec!r}: {exc}") from exc
-    bare = root_path.rstrip("/")
-    at = root.find(bare) if bare else -1
-    prefix = root[:at] if at > 0 else root.split("://", 1)[0] + "://"
-    path = bare + ("/" + spec[len(root) :].lstrip("/") if root != spec else "")
-    return filesystem, path, prefix
+        where = locate(root + query)
+    except ConfigError as exc:
+        raise InputError(f"cannot open input {spec!r}: {exc.__cause__ or exc}") from exc
+    path = where.path + ("/" + base[len(root) :].lstrip("/") if root != base else "")
+    return where.filesystem, path, where.prefix
 
 
 def _glob_root(pattern: str) -> str:
@@ -166,6 +166,7 @@ def expand_inputs(
     found: list[tuple[str, str, int | None, bool]] = []  # uri, format, size, named on its own
     for spec in specs:
         filesystem, path, prefix = input_location(spec)
+        query = split_query(spec)[1]
         if _GLOB_CHARS.search(path):
             root = _glob_root(path) or "./"
             regex = _glob_regex(path)
@@ -175,7 +176,8 @@ def expand_inputs(
             if not matches:
                 raise InputError(f"input glob {spec!r} matches no file")
             found += [
-                (prefix + i.path, format_of(i.path, input_format) or "", i.size, False) for i in matches
+                (prefix + i.path + query, format_of(i.path, input_format) or "", i.size, False)
+                for i in matches
             ]
             continue
         info = filesystem.get_file_info(path)
@@ -189,14 +191,17 @@ def expand_inputs(
             ]
             if not files:
                 raise InputError(f"input directory {spec!r} holds no .jsonl/.json/.parquet file")
-            found += [(prefix + i.path, format_of(i.path, input_format) or "", i.size, False) for i in files]
+            found += [
+                (prefix + i.path + query, format_of(i.path, input_format) or "", i.size, False) for i in files
+            ]
         else:
-            found.append((prefix + path, format_of(path, input_format) or "", info.size, True))
+            found.append((prefix + path + query, format_of(path, input_format) or "", info.size, True))
     sources: list[Source] = []
     seen: set[str] = set()
     skipped: set[str] = set()
     for uri, fmt, size, named in found:
-        location = uri if "://" in uri else os.path.realpath(uri)  # a local file reached by a link too
+        # a local file reached by a link too; a URI without its options
+        location = split_query(uri)[0] if "://" in uri else os.path.realpath(uri)
         if location in seen:
             continue
         if skip is not None and skip(location):
