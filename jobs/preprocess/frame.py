@@ -152,12 +152,19 @@ def passthrough(table: Any, with_dedup_key: bool = False) -> Any:
     rest = table.filter(pc.not_equal(table.column(KIND), LIVE)).select(list(frame_schema().names))
     if not with_dedup_key:
         return rest
-    # id_partition in Arrow: int64 products wrap, which keeps the low 32 bits that are used
-    spread = pc.multiply(rest.column(LINE), pa.scalar(_SPREAD, pa.int64()))
-    part = pc.bit_wise_xor(spread, pc.cast(rest.column(SRC), pa.int64()))
-    part = pc.bit_wise_and(part, pa.scalar(PART_SPACE - 1, pa.int64()))
     return (
         rest.append_column(DKEY, pa.nulls(rest.num_rows, pa.string()))
         .append_column(DLEN, pa.array([0] * rest.num_rows, pa.int32()))
-        .append_column(DPART, part)
+        .append_column(DPART, id_partitions(rest))
     )
+
+
+def id_partitions(table: Any) -> Any:
+    """:func:`id_partition` of every row of a table with ``_src`` and ``_line``, in Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    # int64 products wrap, which keeps the low 32 bits that are used
+    spread = pc.multiply(table.column(LINE), pa.scalar(_SPREAD, pa.int64()))
+    part = pc.bit_wise_xor(spread, pc.cast(table.column(SRC), pa.int64()))
+    return pc.bit_wise_and(part, pa.scalar(PART_SPACE - 1, pa.int64()))

@@ -8,6 +8,7 @@ Data flow::
       -> stage 2...: cheap steps (map_batches over tasks)              } one stage per group of cheap
       -> model step (map_batches over an actor pool, models load once) } steps, per model step,
       -> dedup: hash partition by group key -> winners per partition   } and per DedupFilter
+      -> near dedup: bands -> shuffle by band -> verify -> shuffle by id -> mark (NearDedupFilter)
       -> ...
       -> PreprocessDatasink: kept rows, drop ledger, summed StepStats
 
@@ -32,6 +33,7 @@ from twinkle_agentic.preprocessor.pipeline import unique_names
 
 from .config import PreprocessConfig
 from .frame import DPART, PART_SPACE
+from .near_exchange import near_exchange
 from .ray_tuning import short_run_scheduling
 from .report import RunSummary, write_reports
 from .shared_storage import claimed_output, stale_markers
@@ -254,6 +256,12 @@ def build(
         )
         stages = stages[1:]
     for stage in stages:
+        if stage.kind == "near":
+            (position,) = stage.positions
+            bounds = partition_bounds(partitions)
+            uris = [s.uri for s in sources]
+            ds = near_exchange(ds, steps[position], names[position], position, bounds, uris, cfg.batch_size)
+            continue
         if stage.kind == "dedup":
             (position,) = stage.positions
             # Hash partitioning as a range partition of the key's hash: the sort shuffle runs as

@@ -4,8 +4,8 @@ Step entries are parsed and built by :mod:`twinkle_agentic.preprocessor.step_spe
 one-process runner). Grouping: consecutive cheap steps share one ``map_batches`` stage (rows are
 decoded once for all of them); a step whose class sets ``needs_actor = True`` gets a stage of its
 own run by an actor pool, so its models load once per actor (in ``warmup()`` when it has one); a
-``DedupFilter`` becomes the global dedup shuffle. Everything here is plain Python and unit-tested
-without Ray.
+``DedupFilter`` becomes the global dedup shuffle, a ``NearDedupFilter`` the near-duplicate exchange
+(:mod:`.near_exchange`). Everything here is plain Python and unit-tested without Ray.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from twinkle_agentic.preprocessor.near_dedup import NearDedupFilter
 from twinkle_agentic.preprocessor.pipeline import is_global
 from twinkle_agentic.preprocessor.quality import step_name
 from twinkle_agentic.preprocessor.step_specs import (  # noqa: F401  (the job's names for them)
@@ -28,7 +29,8 @@ from twinkle_agentic.preprocessor.step_specs import PipelineConfigError as Confi
 
 @dataclass
 class Stage:
-    """One Ray Data stage: ``map`` (task pool), ``actor`` (actor pool) or ``dedup`` (shuffle)."""
+    """One Ray Data stage: ``map`` (task pool), ``actor`` (actor pool), ``dedup`` (shuffle) or
+    ``near`` (the NearDedupFilter exchange, two shuffles)."""
 
     kind: str
     positions: list[int] = field(default_factory=list)
@@ -40,9 +42,12 @@ class Stage:
 
     def describe(self, names: list[str]) -> str:
         parts = (["parse"] if self.parse else []) + [names[p] for p in self.positions]
-        label = {"map": "map_batches", "actor": "map_batches (actor pool)", "dedup": "dedup shuffle"}[
-            self.kind
-        ]
+        label = {
+            "map": "map_batches",
+            "actor": "map_batches (actor pool)",
+            "dedup": "dedup shuffle",
+            "near": "near-dedup exchange (bands, verify, mark)",
+        }[self.kind]
         extra = " + dedup keys" if self.dedup_next is not None else ""
         return f"{label}: {' -> '.join(parts) or '(nothing)'}{extra}"
 
@@ -57,8 +62,10 @@ def plan_stages(steps: list[Any], specs: list[StepSpec] | None = None) -> list[S
     stages: list[Stage] = []
     for position, step in enumerate(steps):
         spec = specs[position]
-        if is_global(step):
-            if not stages or stages[-1].kind == "dedup":
+        if isinstance(step, NearDedupFilter):
+            stages.append(Stage("near", [position]))
+        elif is_global(step):
+            if not stages or stages[-1].kind in ("dedup", "near"):
                 stages.append(Stage("map"))
             stages[-1].dedup_next = step
             stages.append(Stage("dedup", [position]))
