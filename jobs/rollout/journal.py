@@ -92,10 +92,10 @@ class JournalState:
 class Journal:
     """The trajectory journal of one output directory (see the module docstring)."""
 
-    def __init__(self, output: Location, flush_s: float = SEGMENT_FLUSH_S, segmented: bool | None = None):
+    def __init__(self, output: Location, flush_s: float | None = None, segmented: bool | None = None):
         self.output = output
         self.segmented = not output.local if segmented is None else segmented
-        self.flush_s = flush_s
+        self.flush_s = SEGMENT_FLUSH_S if flush_s is None else flush_s
         self._handle: Any = None
         self._buffer: list[bytes] = []
         self._buffered = 0
@@ -143,7 +143,9 @@ class Journal:
                 remove(where.child(name))
         elif present:
             journal._check_resumable(fingerprint, present)
-        where.filesystem.create_dir(where.path, recursive=True)
+        where.filesystem.create_dir(
+            where.child(SEGMENTS_DIR).path if journal.segmented else where.path, recursive=True
+        )
         run = where.child(RUN_FILE)
         if overwrite or RUN_FILE not in present:
             write_bytes(run, json.dumps({"fingerprint": fingerprint}, indent=2, sort_keys=True).encode())

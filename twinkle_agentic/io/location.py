@@ -143,8 +143,9 @@ def fsync_directory(directory: str) -> None:
 @contextlib.contextmanager
 def open_output(where: Location) -> Any:
     """A stream that writes ``where``, for outputs too large to hold in memory (a Parquet file). On an
-    error inside the block the partial file is deleted: an object store publishes whatever a closed
-    stream holds."""
+    error inside the block, a local file keeps its old content (the stream wrote a temporary name);
+    elsewhere the partial file is deleted, since an object store publishes whatever a closed stream
+    holds: there is then no file, so write only what can be written again."""
     tmp = where if not where.local else dataclasses.replace(where, path=where.path + ".tmp")
     stream = tmp.filesystem.open_output_stream(tmp.path)
     try:
