@@ -139,6 +139,79 @@ def test_overlap_beats_synchronous_wall_time():
     assert timed(1) < 0.8 * timed(0)
 
 
+class RunsFarm(FakeFarm):
+    """A ``FakeFarm`` that records the steps of each run (from the group ids)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.runs: list[list[int]] = []
+
+    def run(self, items):
+        items = list(items)
+        self.runs.append(sorted({int(item["group_id"].split("-")[0]) for item in items}))
+        yield from super().run(items)
+
+
+def test_every_step_the_gate_lets_start_goes_into_one_run():
+    farm = RunsFarm(delay=0.01)
+    with OverlappedRollout(farm, make_items, max_staleness=2, steps=5) as rollout:
+        assert rollout.next_step().step == 0
+        time.sleep(0.2)  # the farm is idle, waiting on the gate: step 3 needs step 0 finished
+        rollout.finish_step({"w": 1})
+        out = train(rollout, 4)
+    assert farm.runs[0] == [0, 1, 2]  # steps 0-2 were all allowed at the start: one run
+    assert farm.runs[1] == [3]
+    assert sorted(sum(farm.runs, [])) == list(range(5))  # each step rolled once
+    assert [s.step for s in out] == [1, 2, 3, 4]
+    assert all(sorted(ids(s)) == [f"{s.step}-{g}" for g in range(GROUPS)] for s in out)
+    assert all(s.staleness <= 2 for s in out)
+
+
+def test_a_step_is_handed_over_while_its_run_still_rolls_out_a_later_step():
+    farm = RunsFarm()
+    farm.hold["1-2"] = threading.Event()  # step 1's last group waits until released
+    with OverlappedRollout(farm, make_items, max_staleness=1, steps=2) as rollout:
+        assert farm.holding.wait(2)
+        first = rollout.next_step()  # does not wait for the end of the run
+        assert farm.runs == [[0, 1]] and sorted(ids(first)) == ["0-0", "0-1", "0-2"]
+        rollout.finish_step({"w": 1})
+        farm.hold["1-2"].set()
+        second = rollout.next_step()
+        rollout.finish_step({"w": 2})
+    assert sorted(ids(second)) == ["1-0", "1-1", "1-2"]
+    assert first.rollout_s <= second.rollout_s
+
+
+def test_run_steps_makes_the_farm_wait_for_full_runs():
+    farm = RunsFarm(delay=0.01)
+    with OverlappedRollout(farm, make_items, max_staleness=1, steps=5, run_steps=2) as rollout:
+        out = train(rollout, 5, train_s=0.02)
+    assert farm.runs == [[0, 1], [2, 3], [4]]  # the last run carries the one step left
+    assert [s.staleness for s in out] == [0, 1, 0, 1, 1]  # a run's second step is one version old
+    assert [s.oldest_version for s in out] == [0, 0, 2, 2, 3]  # step 4 alone starts as soon as allowed
+    with pytest.raises(ConfigError, match="run_steps must be an integer from 1 to max_staleness"):
+        OverlappedRollout(FakeFarm(), make_items, max_staleness=1, run_steps=3)
+
+
+def test_group_ids_shared_by_two_steps_are_refused():
+    def items(step):
+        return make_items(0)  # every step reuses step 0's group ids
+
+    rollout = OverlappedRollout(FakeFarm(), items, max_staleness=1, steps=2)
+    with pytest.raises(ValueError, match="group id '0-0' is used by steps 0 and 1"):
+        rollout.next_step()
+    rollout.close()
+
+
+def test_retried_members_are_counted_on_their_step():
+    farm = RunsFarm(fail={"1-0/s1"})  # fails once: its retry runs under another id
+    with OverlappedRollout(farm, make_items, max_staleness=1, steps=2) as rollout:
+        out = train(rollout, 2)
+    assert farm.runs[0] == [0, 1]
+    assert (out[0].retried_members, out[1].retried_members) == (0, 1)
+    assert out[1].failed_groups == 0
+
+
 def test_a_stale_group_is_regenerated_and_handed_over_fresh():
     farm = FakeFarm(stamp={"2-1/s1": 0})  # a worker served version 0 for one member of group 2-1
     with OverlappedRollout(farm, make_items, max_staleness=0, steps=3) as rollout:

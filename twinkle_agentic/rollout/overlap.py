@@ -1,8 +1,15 @@
 """Overlapped rollout: the farm generates the next steps' groups while the trainer trains, with staleness bounded in policy versions.
 
-One background thread owns the farm (``RolloutFarm`` is not thread-safe): it rolls out each step's
+One background thread owns the farm (``RolloutFarm`` is not thread-safe): it rolls out the steps'
 trajectories with ``roll_groups`` and applies the weights the trainer posts, between batches or while
-idle, so the farm is only ever touched by that thread. The trainer's thread calls, once per step,
+idle, so the farm is only ever touched by that thread. Every step the gate (below) lets start, and
+every group sent back to be regenerated, goes into one farm run, so their trajectories share the
+engines and one step's slow tool calls overlap another's generation; a step is handed over as soon
+as its own groups are out, whatever else its run still rolls out. A farm run takes its trajectories
+when it starts, so a step the gate opens while a run is going waits for that run to end. With
+``run_steps=k`` (at most ``max_staleness + 1``) a run starts only once the gate lets ``k`` steps start
+(or all the steps left): the farm waits for the trainer's weights so that fewer runs pay the wait
+for their slowest trajectory; regenerated groups start at once. The trainer's thread calls, once per step,
 ``next_step()`` (the step's complete groups) and ``finish_step(weights)`` (the step's new weights, or
 None when weights are not pushed). Posted weights go to a one-slot mailbox: a newer post replaces an
 older one not yet applied, so the farm always loads the newest weights and never a backlog.
@@ -68,7 +75,7 @@ class OverlapStep:
     dropped_groups: int = 0  # of those, dropped (on_stale="drop")
     failed_groups: int = 0  # handed groups marked failed (group_failed)
     retried_members: int = 0  # failed members rolled out again in a fresh rollout
-    rollout_s: float = 0.0  # wall time the farm spent rolling out the step (regenerations included)
+    rollout_s: float = 0.0  # from the start of the step's run to its last group (regenerations added)
     wait_s: float = 0.0  # how long next_step waited for it
 
     @property
@@ -120,8 +127,9 @@ class OverlappedRollout:
     """Rolls out steps ahead of the trainer on a background thread (module docstring).
 
     ``make_items(step)`` gives a step's trajectories (each with ``trajectory_id``, ``group_id`` and
-    ``group_size``); it is called on the background thread, in step order. ``steps`` bounds how many
-    steps are rolled out (None: until ``close``). Use as a context manager, or call ``close``.
+    ``group_size``; group ids unique across steps); it is called on the background thread, in step
+    order. ``steps`` bounds how many steps are rolled out (None: until ``close``). Use as a context
+    manager, or call ``close``.
     """
 
     def __init__(
@@ -132,6 +140,7 @@ class OverlappedRollout:
         max_staleness: int = 1,
         on_stale: str = "regenerate",
         steps: int | None = None,
+        run_steps: int = 1,
         groups: GroupConfig | None = None,
     ):
         if isinstance(max_staleness, bool) or not isinstance(max_staleness, int) or max_staleness < 0:
@@ -146,7 +155,13 @@ class OverlappedRollout:
         self.make_items = make_items
         self.max_staleness = max_staleness
         self.on_stale = on_stale
+        if isinstance(run_steps, bool) or not isinstance(run_steps, int) or not 1 <= run_steps <= max_staleness + 1:
+            raise ConfigError(
+                f"run_steps must be an integer from 1 to max_staleness + 1 = {max_staleness + 1} (a run carries "
+                f"at most the steps the gate lets start at once), got {run_steps!r}"
+            )
         self.steps = steps
+        self.run_steps = run_steps
         self.group_config = (groups or GroupConfig()).validate()
         self.stale_groups = 0
         self.regenerated_groups = 0
@@ -312,19 +327,26 @@ class OverlappedRollout:
             step = 0
             while True:
                 with self._cond:
-                    while not (self._closing or self._mailbox or self._regenerate or self._may_start(step)):
+                    while not (self._closing or self._mailbox or self._regenerate or self._run_ready(step)):
                         self._cond.wait()
-                    regenerate = list(self._regenerate)
+                    parts = [(origin, inputs, True) for origin, inputs in self._regenerate]
                     self._regenerate.clear()
                     closing = self._closing
                 self._apply_weights()
                 if closing:
                     return
-                for origin, inputs in regenerate:
-                    self._roll(origin, inputs, regenerated=True)
-                if not regenerate and self._may_start(step):
-                    self._roll(step, self.make_items(step), regenerated=False)
+                failure = None
+                while self._run_ready(step) or (parts and self._may_start(step)):  # all the gate lets start
+                    try:
+                        parts.append((step, self.make_items(step), False))
+                    except Exception as exc:  # the steps before it still roll out
+                        failure = exc
+                        break
                     step += 1
+                if parts:
+                    self._roll(parts)
+                if failure is not None:
+                    raise failure
         except BaseException as exc:  # raised in the trainer's thread
             self._error = exc
             self._out.put(("error", None, exc))
@@ -332,6 +354,13 @@ class OverlappedRollout:
     def _may_start(self, step: int) -> bool:
         """The gate: step ``step`` may start once the trainer finished step ``step - max_staleness``."""
         return (self.steps is None or step < self.steps) and self._finished >= step - self.max_staleness
+
+    def _run_ready(self, step: int) -> bool:
+        """A run may start at ``step``: the gate lets ``run_steps`` steps start (or all that are left)."""
+        last = step + self.run_steps - 1
+        if self.steps is not None:
+            last = min(last, self.steps - 1)
+        return self._may_start(step) and self._may_start(last)
 
     def _apply_weights(self) -> None:
         with self._cond:
@@ -344,25 +373,52 @@ class OverlappedRollout:
                     f"the farm loaded the trainer's version {version} as policy version {loaded}"
                 )
 
-    def _roll(self, step: int, items: list[dict[str, Any]], *, regenerated: bool) -> None:
-        """Roll out ``items`` as groups, sending each group with its inputs as it completes; weights
+    def _roll(self, parts: list[tuple[int, list[dict[str, Any]], bool]]) -> None:
+        """Roll out the items of ``parts`` (``(step, items, regenerated)``) in one farm run, so the
+        trajectories of every step the gate let start share the engines and one step's slow tool calls
+        overlap another's generation. Each group goes out with its inputs as it completes; weights
         posted meanwhile are applied between batches. Stops after a batch when closing."""
         started = time.perf_counter()
         inputs: dict[str, list[dict[str, Any]]] = {}
-        for item in items:
-            inputs.setdefault(str(item.get("group_id")), []).append(dict(item))
+        origin: dict[str, tuple[int, bool]] = {}  # group id -> (its step, regenerated)
+        items: list[dict[str, Any]] = []
+        for step, part, regenerated in parts:
+            for item in part:
+                gid = str(item.get("group_id"))
+                if origin.setdefault(gid, (step, regenerated)) != (step, regenerated):
+                    raise ValueError(
+                        f"group id {gid!r} is used by steps {origin[gid][0]} and {step}: make_items must give "
+                        "each step's groups ids no other step uses (e.g. prefix them with the step)"
+                    )
+                inputs.setdefault(gid, []).append(dict(item))
+                items.append(item)
+        left = {step: 0 for step, _, _ in parts}  # step -> its groups not yet sent
+        for step, _ in origin.values():
+            left[step] += 1
+        fresh = {step for step, _, regenerated in parts if not regenerated}
+        retried = dict.fromkeys(left, 0)
         collector = GroupCollector(self.group_config)
-        complete = False
         batches = roll_groups(self.farm.run, items, collector)
+
+        def rolled(step: int, complete: bool) -> None:  # the step's share of this run has ended
+            spent = time.perf_counter() - started
+            self._out.put(("rolled", step, spent, retried[step], complete and step in fresh))
+            del left[step]
+
         try:
             for _, groups in batches:
                 for group in groups:
-                    self._out.put(("group", step, group, inputs[str(group[0]["group_id"])], regenerated))
+                    gid = str(group[0]["group_id"])
+                    step, regenerated = origin[gid]
+                    retried[step] += sum(max(0, int(m.get("member_attempts") or 1) - 1) for m in group)
+                    self._out.put(("group", step, group, inputs[gid], regenerated))
+                    left[step] -= 1
+                    if not left[step]:
+                        rolled(step, True)
                 if self._closing:
                     return
                 self._apply_weights()
-            complete = True
         finally:
             batches.close()
-            spent = time.perf_counter() - started
-            self._out.put(("rolled", step, spent, collector.retried, complete and not regenerated))
+            for step in list(left):  # closing, or an error: the step's rollout ended incomplete
+                rolled(step, False)
