@@ -1,0 +1,202 @@
+#!/usr/bin/env python
+"""Training steps per hour of the reference GRPO loop, synchronous vs overlapped, with heavy-tailed
+tool latency; and whether the learning curve per step is worse with the overlap.
+
+    python bench/grpo_overlap.py [--rounds 3] [--steps 10] [--seed 0] [--max-staleness 1]
+                                 [--tool-latency lognormal:median=0.3,sigma=1.0] [--mode sync]
+                                 [--output /tmp/grpo_overlap] [--json-out bench/results/grpo_overlap.jsonl]
+
+Each round runs ``examples/grpo/train.py`` twice as subprocesses, one after the other, with the same
+seed and the same latency model (each call's delay is fixed by the seed and the call, so both runs
+wait the same for the same call): ``sync`` (roll out, train, push, in turn) and ``overlap``
+(``--overlap --max-staleness N``). The order alternates between rounds so neither run always goes
+first on a machine whose load drifts.
+
+From each run's ``metrics.jsonl``: **steps per hour** = 3600 x (steps after the first) / (their wall
+time, ``rollout_s + train_s + update_s``); the first step is left out because both runs wait for the
+whole first rollout; and the mean reward per step (its first-3 / last-3 means and their change).
+Per round the ratio overlap / sync of steps per hour; the figures reported are the medians over the
+rounds. The goal (issue 34): ratio >= 1.5 at staleness <= 1, with the overlapped run's reward change
+not below the synchronous run's by more than the noise of a step (``--noise``, 0.065: one standard
+deviation of a first-3 to last-3 change, measured in docs/bench/grpo.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.grpo_learning import WINDOW, run_example  # noqa: E402
+from bench.records import emit_record, git_sha  # noqa: E402
+
+GOAL_RATIO = 1.5
+NOISE = 0.065  # one standard deviation of a first-3 to last-3 change (docs/bench/grpo.md)
+PHASES = ("rollout_s", "train_s", "update_s")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3, help="paired rounds (default 3)")
+    p.add_argument("--steps", type=int, default=10, help="steps per run (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+    p.add_argument("--max-staleness", type=int, default=1, help="of the overlapped runs (default 1)")
+    p.add_argument(
+        "--tool-latency",
+        default="lognormal:median=0.3,sigma=1.0",
+        help="the example's --tool-latency (default lognormal:median=0.3,sigma=1.0)",
+    )
+    p.add_argument("--run-steps", type=int, default=1, help="of the overlapped runs (default 1)")
+    p.add_argument("--mode", choices=("sync", "async"), default="sync", help="the example's --mode")
+    p.add_argument("--noise", type=float, default=NOISE, help="allowed shortfall of the reward change")
+    p.add_argument("--output", type=Path, default=Path("/tmp/grpo_overlap"), help="runs and record")
+    p.add_argument("--run-timeout", type=float, default=600, help="seconds before a run is stopped")
+    p.add_argument("--json-out", default=None, help="also append the record as one line to this file")
+    return p
+
+
+# -- pure helpers ----------------------------------------------------------------------------------
+
+
+def steps_per_hour(lines: list[dict[str, Any]]) -> float:
+    """3600 x steps / their wall time, over the steps after the first."""
+    timed = lines[1:]
+    if not timed:
+        raise ValueError("steps per hour needs at least two steps (the first is left out)")
+    wall = sum(sum(line[key] for key in PHASES) for line in timed)
+    return 3600.0 * len(timed) / wall
+
+
+def summarise(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Steps per hour, mean seconds per phase, the reward curve and its first-3 / last-3 change."""
+    if len(lines) < 2 * WINDOW:
+        raise ValueError(f"{len(lines)} steps; the reward change needs at least {2 * WINDOW}")
+    rewards = [line["mean_reward"] for line in lines]
+    if any(math.isnan(r) for r in rewards):
+        raise ValueError("a step without a scored trajectory (mean_reward NaN)")
+    first, last = statistics.fmean(rewards[:WINDOW]), statistics.fmean(rewards[-WINDOW:])
+    return {
+        "steps": len(lines),
+        "steps_per_hour": steps_per_hour(lines),
+        **{key: statistics.fmean(line[key] for line in lines[1:]) for key in PHASES},
+        "rewards": rewards,
+        "mean_reward": statistics.fmean(rewards),
+        "first3": first,
+        "last3": last,
+        "change": last - first,
+        "max_staleness_seen": max((line.get("staleness", 0) for line in lines), default=0),
+        "stale_groups": sum(line.get("stale_groups", 0) for line in lines),
+        "failed_groups": sum(line["failed_groups"] for line in lines),
+    }
+
+
+def verdict(rounds: list[dict[str, dict[str, Any]]], max_staleness: int, noise: float) -> dict[str, Any]:
+    """Medians over the rounds and the goal: ratio >= 1.5 at staleness <= 1, change not worse."""
+    ratios = [r["overlap"]["steps_per_hour"] / r["sync"]["steps_per_hour"] for r in rounds]
+    median = {
+        mode: {
+            key: statistics.median(r[mode][key] for r in rounds)
+            for key in ("steps_per_hour", "change", *PHASES)
+        }
+        for mode in ("sync", "overlap")
+    }
+    ratio = statistics.median(ratios)
+    learning_ok = median["overlap"]["change"] >= median["sync"]["change"] - noise
+    return {
+        "ratios": ratios,
+        "ratio": ratio,
+        "median": median,
+        "learning_not_worse": learning_ok,
+        "goal_met": ratio >= GOAL_RATIO and max_staleness <= 1 and learning_ok,
+    }
+
+
+def table(rounds: list[dict[str, dict[str, Any]]]) -> str:
+    rows = [
+        f"{'round':>5} {'run':>8} {'steps/h':>8} {'rollout':>8} {'train':>7} {'update':>7} "
+        f"{'first3':>7} {'last3':>7} {'change':>7} {'stale':>5} {'ratio':>6}"
+    ]
+    for i, r in enumerate(rounds):
+        ratio = r["overlap"]["steps_per_hour"] / r["sync"]["steps_per_hour"]
+        for mode in ("sync", "overlap"):
+            s = r[mode]
+            rows.append(
+                f"{i:>5} {mode:>8} {s['steps_per_hour']:>8.0f} {s['rollout_s']:>7.2f}s {s['train_s']:>6.2f}s "
+                f"{s['update_s']:>6.2f}s {s['first3']:>7.3f} {s['last3']:>7.3f} {s['change']:>+7.3f} "
+                f"{s['max_staleness_seen']:>5} {ratio if mode == 'overlap' else math.nan:>6.2f}"
+            )
+    return "\n".join(rows)
+
+
+def runs_of_round(index: int, args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    """The two runs of round ``index`` (their order alternates between rounds)."""
+    common = ["--steps", str(args.steps), "--tool-latency", args.tool_latency, "--mode", args.mode]
+    runs = [
+        ("sync", common),
+        (
+            "overlap",
+            [
+                *common,
+                "--overlap",
+                "--max-staleness",
+                str(args.max_staleness),
+                "--run-steps",
+                str(args.run_steps),
+            ],
+        ),
+    ]
+    return runs if index % 2 == 0 else runs[::-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.steps < 2 * WINDOW:
+        raise SystemExit(f"--steps {args.steps}: the reward change needs at least {2 * WINDOW} steps")
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be >= 1")
+    args.output.mkdir(parents=True, exist_ok=True)
+    load_start = os.getloadavg()
+    rounds: list[dict[str, dict[str, Any]]] = []
+    for index in range(args.rounds):
+        summaries: dict[str, dict[str, Any]] = {}
+        for mode, extra in runs_of_round(index, args):
+            lines, wall = run_example(f"round{index}/{mode}", extra, args)
+            summaries[mode] = {**summarise(lines), "wall_s": wall, "metrics": lines}
+        rounds.append(summaries)
+        print(table(rounds), flush=True)
+    result = verdict(rounds, args.max_staleness, args.noise)
+    print(table(rounds))
+    med = result["median"]
+    print(
+        f"median over {args.rounds} rounds: sync {med['sync']['steps_per_hour']:.0f} steps/h, overlap "
+        f"{med['overlap']['steps_per_hour']:.0f} steps/h, ratio {result['ratio']:.2f} (goal {GOAL_RATIO}); "
+        f"reward change sync {med['sync']['change']:+.3f}, overlap {med['overlap']['change']:+.3f} "
+        f"(not worse: {result['learning_not_worse']}); goal {'MET' if result['goal_met'] else 'NOT MET'}"
+    )
+    record = {
+        "bench": "grpo_overlap",
+        "params": {
+            **{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "load_avg_start": load_start,
+            "load_avg_end": os.getloadavg(),
+        },
+        "git_sha": git_sha(),
+        "results": {"rounds": rounds, **result},
+    }
+    (args.output / "grpo_overlap.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    print(f"# record written to {args.output / 'grpo_overlap.json'}")
+    if args.json_out:
+        emit_record(record, args.json_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

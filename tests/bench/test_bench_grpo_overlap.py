@@ -1,0 +1,51 @@
+"""The GRPO overlap bench's pure helpers: steps per hour (the first step left out), the per-run
+summary, the medians over paired rounds and the goal, and the two runs of a round."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.grpo_overlap import build_parser, runs_of_round, steps_per_hour, summarise, verdict
+
+
+def lines(rewards: list[float], rollout_s: float, train_s: float = 1.0, **extra) -> list[dict]:
+    return [
+        {"step": i, "mean_reward": r, "groups": 16, "failed_groups": 0, "rollout_s": rollout_s,
+         "train_s": train_s, "update_s": 0.0, **extra}
+        for i, r in enumerate(rewards)
+    ]  # fmt: skip
+
+
+def test_steps_per_hour_leaves_out_the_first_step():
+    run = lines([0.5] * 4, rollout_s=3.0)
+    run[0]["rollout_s"] = 100.0  # the first rollout: never overlapped, left out
+    assert steps_per_hour(run) == pytest.approx(3600 * 3 / 12.0)
+    with pytest.raises(ValueError, match="two steps"):
+        steps_per_hour(run[:1])
+
+
+def test_summary_and_verdict_over_paired_rounds():
+    rewards = [0.4, 0.5, 0.6, 0.6, 0.7, 0.8]
+    sync = summarise(lines(rewards, rollout_s=3.0))
+    assert sync["change"] == pytest.approx(0.2) and sync["steps_per_hour"] == pytest.approx(900.0)
+    fast = summarise(lines(rewards, rollout_s=1.0, staleness=1))
+    slow = summarise(lines([0.4, 0.5, 0.6, 0.5, 0.5, 0.5], rollout_s=1.4, staleness=1))
+    assert fast["max_staleness_seen"] == 1
+    rounds = [{"sync": sync, "overlap": fast}, {"sync": sync, "overlap": fast}, {"sync": sync, "overlap": slow}]
+    result = verdict(rounds, max_staleness=1, noise=0.065)
+    assert result["ratio"] == pytest.approx(2.0)  # the median of 2.0, 2.0 and 1.67
+    assert result["learning_not_worse"] and result["goal_met"]
+    assert not verdict(rounds, max_staleness=2, noise=0.065)["goal_met"]  # the goal is at staleness <= 1
+    worse = verdict([{"sync": sync, "overlap": slow}], max_staleness=1, noise=0.065)
+    assert not worse["learning_not_worse"] and not worse["goal_met"]
+    with pytest.raises(ValueError, match="at least 6"):
+        summarise(lines(rewards[:5], rollout_s=1.0))
+
+
+def test_a_round_runs_sync_and_overlap_with_the_same_seed_and_latency_in_alternating_order():
+    args = build_parser().parse_args(["--steps", "8", "--tool-latency", "fixed:seconds=0.1", "--run-steps", "2"])
+    first, second = runs_of_round(0, args), runs_of_round(1, args)
+    assert [name for name, _ in first] == ["sync", "overlap"] and [name for name, _ in second] == ["overlap", "sync"]
+    sync, overlap = dict(first)["sync"], dict(first)["overlap"]
+    assert overlap[: len(sync)] == sync and "fixed:seconds=0.1" in sync
+    assert overlap[len(sync) :] == ["--overlap", "--max-staleness", "1", "--run-steps", "2"]
