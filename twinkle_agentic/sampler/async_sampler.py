@@ -194,6 +194,9 @@ class AsyncVLLMSampler(ServedWeights):
         paused = load_s + reset_s + (drain_s if on_update == ABORT_AND_RESUME else 0.0)
         return UpdateTimings(drain_s, load_s, reset_s, paused, update.rpc_calls)
 
+    def _engine_rpc(self, method: str, kwargs: dict[str, Any]) -> Any:
+        return self._run(self.engine.collective_rpc(method, kwargs=kwargs))
+
     def get_tokenizer(self) -> Any:
         return self.engine.tokenizer
 

@@ -10,6 +10,8 @@ from twinkle_agentic.errors import ConfigError
 
 from .base import context_full_response, params_per_input, prompt_ids_of
 
+WEIGHT_TRANSFER_BACKENDS = (None, "gloo", "nccl")
+
 
 class EngineConfigError(ConfigError):
     """A vLLM engine setting is invalid; the message names it and the fix."""
@@ -33,6 +35,13 @@ class VLLMEngineConfig:
     gpu_memory_utilization: float = field(default=0.9, metadata={"help": "share of GPU memory vLLM may take"})
     enable_prefix_caching: bool | None = field(default=None, metadata={"help": "vLLM prefix caching (default: vLLM's)"})
     trust_remote_code: bool = field(default=False, metadata={"help": "run the model repository's own code"})
+    weight_transfer: str | None = field(
+        default=None,
+        metadata={
+            "help": "vLLM weight-transfer backend a trainer's process group can push weights through: "
+            "nccl (GPU engines) or gloo (CPU engines); null: checkpoint and object-store updates only"
+        },
+    )
     engine_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "other vllm.LLM arguments"})
 
     def __post_init__(self) -> None:
@@ -42,6 +51,11 @@ class VLLMEngineConfig:
             raise EngineConfigError(f"max_model_len must be null or an integer >= 2, got {self.max_model_len!r}")
         if not isinstance(self.tensor_parallel_size, int) or self.tensor_parallel_size < 1:
             raise EngineConfigError(f"tensor_parallel_size must be an integer >= 1, got {self.tensor_parallel_size!r}")
+        if self.weight_transfer not in WEIGHT_TRANSFER_BACKENDS:
+            raise EngineConfigError(
+                f"weight_transfer must be one of {', '.join(map(str, WEIGHT_TRANSFER_BACKENDS))}, got "
+                f"{self.weight_transfer!r}: nccl on GPU engines, gloo on CPU engines"
+            )
         if not isinstance(self.engine_kwargs, dict):
             raise EngineConfigError(f"engine_kwargs must be a mapping, got {type(self.engine_kwargs).__name__}")
 
@@ -50,7 +64,10 @@ class VLLMEngineConfig:
         return {f.name: getattr(self, f.name) for f in fields(VLLMEngineConfig)}
 
     def to_engine_kwargs(self) -> dict[str, Any]:
-        kwargs = {k: v for k, v in self.vllm_settings().items() if k != "engine_kwargs" and v is not None}
+        skip = ("engine_kwargs", "weight_transfer")
+        kwargs = {k: v for k, v in self.vllm_settings().items() if k not in skip and v is not None}
+        if self.weight_transfer:
+            kwargs["weight_transfer_config"] = {"backend": self.weight_transfer}
         return {**kwargs, **self.engine_kwargs}
 
 

