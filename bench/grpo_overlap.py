@@ -3,7 +3,7 @@
 tool latency; and whether the learning curve per step is worse with the overlap.
 
     python bench/grpo_overlap.py [--rounds 3] [--steps 10] [--seed 0] [--max-staleness 1]
-                                 [--tool-latency lognormal:median=0.3,sigma=1.0] [--mode sync]
+                                 [--tool-latency lognormal:median=0.3,sigma=1.0] [--mode async] [--run-steps 1]
                                  [--output /tmp/grpo_overlap] [--json-out bench/results/grpo_overlap.jsonl]
 
 Each round runs ``examples/grpo/train.py`` twice as subprocesses, one after the other, with the same
@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the example's --tool-latency (default lognormal:median=0.3,sigma=1.0)",
     )
     p.add_argument("--run-steps", type=int, default=1, help="of the overlapped runs (default 1)")
-    p.add_argument("--mode", choices=("sync", "async"), default="sync", help="the example's --mode")
+    p.add_argument(
+        "--mode", choices=("sync", "async"), default="async", help="the example's --mode (default async)"
+    )
     p.add_argument("--noise", type=float, default=NOISE, help="allowed shortfall of the reward change")
     p.add_argument("--output", type=Path, default=Path("/tmp/grpo_overlap"), help="runs and record")
     p.add_argument("--run-timeout", type=float, default=600, help="seconds before a run is stopped")

