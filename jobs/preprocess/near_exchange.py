@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from twinkle_agentic.io.inputs import LINE_BITS
-from twinkle_agentic.io.records import dumps
+from twinkle_agentic.io.records import dumps, escape_surrogates
 from twinkle_agentic.preprocessor.batch import gc_paused
 from twinkle_agentic.preprocessor.near_dedup import DUPLICATE_OF_KEY, NEAR_DUPLICATE, NearDedupFilter
 from twinkle_agentic.preprocessor.near_dedup_select import bucket_parents, rank
@@ -272,7 +272,7 @@ def _mark(table: Any, step: str, position: int, uris: Sequence[str]) -> Any:
                 "source": uris[parent >> LINE_BITS],
                 "line": parent & ((1 << LINE_BITS) - 1),
             }
-            texts[index] = dumps(row)
+            texts[index] = _arrow_safe(dumps(row))
         mask = pa.array(losers)
         frames = frames.set_column(
             frames.schema.get_field_index(KIND),
@@ -302,6 +302,15 @@ def _mark(table: Any, step: str, position: int, uris: Sequence[str]) -> Any:
     tail = FrameBuilder()
     tail.add_stats([stats_record(position, stats)])
     return pa.concat_tables([frames, tail.build()])
+
+
+def _arrow_safe(text: str) -> str:
+    """``text`` with lone surrogates escaped (Arrow strings are UTF-8), as FrameBuilder does."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return escape_surrogates(text)
+    return text
 
 
 def near_exchange(
