@@ -34,6 +34,7 @@ def test_summary_and_verdict_over_paired_rounds():
     rounds = [{"sync": sync, "overlap": fast}, {"sync": sync, "overlap": fast}, {"sync": sync, "overlap": slow}]
     result = verdict(rounds, max_staleness=1, noise=0.065)
     assert result["ratio"] == pytest.approx(2.0)  # the median of 2.0, 2.0 and 1.67
+    assert result["pooled_ratio"] == pytest.approx(3 * 20 / (2 * 10 + 12))  # 15 steps in 60 s vs 32 s
     assert result["learning_not_worse"] and result["goal_met"]
     assert not verdict(rounds, max_staleness=2, noise=0.065)["goal_met"]  # the goal is at staleness <= 1
     worse = verdict([{"sync": sync, "overlap": slow}], max_staleness=1, noise=0.065)
