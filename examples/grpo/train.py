@@ -28,7 +28,8 @@ delay ``--tool-latency`` gave one of the step's calls), and the loss's figures. 
 trainer's weights of that version), ``staleness`` the trainer's version minus it, ``stale_groups``
 the groups found staler than the bound, ``rollout_s`` how long the trainer waited for the step and
 ``update_s`` the posting of the weights (the farm loads them in the background), ``farm_s`` the
-farm's time from the start of the step's run to its last group.
+farm's time from the start of the step's run to its last group, ``queued_s`` how long the step could
+have started (the bound allowed it) but waited for the farm's run in progress to end.
 """
 
 from __future__ import annotations
@@ -276,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
                 else:  # the oldest version of the step's tokens
                     handed = overlap.next_step()
                     groups, failed, version = handed.groups, handed.failed_groups, handed.oldest_version
-                    lag = {"staleness": handed.staleness, "stale_groups": handed.stale_groups, "farm_s": handed.rollout_s}
+                    lag = {
+                        "staleness": handed.staleness,
+                        "stale_groups": handed.stale_groups,
+                        "farm_s": handed.rollout_s,
+                        "queued_s": handed.queued_s,
+                    }
                 t1 = time.perf_counter()
                 members = scored_members(groups)
                 rewards = [m["reward"] for m in members]

@@ -193,6 +193,20 @@ def test_run_steps_makes_the_farm_wait_for_full_runs():
         OverlappedRollout(FakeFarm(), make_items, max_staleness=1, run_steps=3)
 
 
+def test_queued_s_is_how_long_an_open_step_waited_for_the_run_in_progress():
+    farm = RunsFarm()
+    farm.hold["1-2"] = threading.Event()  # the run of steps 0 and 1 waits on step 1's last group
+    with OverlappedRollout(farm, make_items, max_staleness=1, steps=3) as rollout:
+        first = rollout.next_step()
+        rollout.finish_step({"w": 1})  # the gate opens step 2; the farm is still in the first run
+        time.sleep(0.3)
+        farm.hold["1-2"].set()
+        out = [first, *train(rollout, 2)]
+    assert farm.runs[:2] == [[0, 1], [2]]
+    assert out[0].queued_s < 0.1 and out[1].queued_s < 0.1
+    assert out[2].queued_s >= 0.3
+
+
 def test_group_ids_shared_by_two_steps_are_refused():
     def items(step):
         return make_items(0)  # every step reuses step 0's group ids

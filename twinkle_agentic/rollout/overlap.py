@@ -77,6 +77,7 @@ class OverlapStep:
     retried_members: int = 0  # failed members rolled out again in a fresh rollout
     rollout_s: float = 0.0  # from the start of the step's run to its last group (regenerations added)
     wait_s: float = 0.0  # how long next_step waited for it
+    queued_s: float = 0.0  # from when the gate let the step start to the start of its run
 
     @property
     def staleness(self) -> int:
@@ -93,6 +94,7 @@ class _Pending:
     regenerating: int = 0  # groups sent back to be rolled out again and not yet returned
     rollout_s: float = 0.0
     retried_members: int = 0
+    queued_s: float = 0.0
 
 
 def oldest_version(trajectory: Mapping[str, Any]) -> int | None:
@@ -155,7 +157,11 @@ class OverlappedRollout:
         self.make_items = make_items
         self.max_staleness = max_staleness
         self.on_stale = on_stale
-        if isinstance(run_steps, bool) or not isinstance(run_steps, int) or not 1 <= run_steps <= max_staleness + 1:
+        if (
+            isinstance(run_steps, bool)
+            or not isinstance(run_steps, int)
+            or not 1 <= run_steps <= max_staleness + 1
+        ):
             raise ConfigError(
                 f"run_steps must be an integer from 1 to max_staleness + 1 = {max_staleness + 1} (a run carries "
                 f"at most the steps the gate lets start at once), got {run_steps!r}"
@@ -169,6 +175,8 @@ class OverlappedRollout:
         self._version = int(farm.policy_version)  # of the weights the trainer last posted
         self._cond = threading.Condition()
         self._finished = 0  # trainer steps ended by finish_step (guarded by _cond)
+        self._finished_at: list[float] = []  # perf_counter of each finish_step (guarded by _cond)
+        self._started_at = time.perf_counter()
         self._mailbox: tuple[int, Any] | None = None  # (version, weights) not yet applied (guarded)
         self._regenerate: deque[tuple[int, list[dict[str, Any]]]] = deque()  # (step, group inputs) (guarded)
         self._closing = False  # (guarded)
@@ -213,6 +221,7 @@ class OverlappedRollout:
         result.failed_groups = sum(1 for group in result.groups if group and group[0].get("group_failed"))
         result.retried_members = pending.retried_members
         result.rollout_s = round(pending.rollout_s, 6)
+        result.queued_s = round(pending.queued_s, 6)
         result.wait_s = round(time.perf_counter() - started, 6)
         self._handed += 1
         return result
@@ -231,6 +240,7 @@ class OverlappedRollout:
                 self._version += 1
                 self._mailbox = (self._version, weights)  # replaces older weights not yet applied
             self._finished += 1
+            self._finished_at.append(time.perf_counter())
             self._cond.notify_all()
         return self._version
 
@@ -282,6 +292,7 @@ class OverlappedRollout:
             pending.rollout_s += message[2]
             pending.retried_members += message[3]
             pending.ended = pending.ended or message[4]
+            pending.queued_s += message[5]
 
     def _judge(
         self, step: int, pending: _Pending, group: list[dict[str, Any]], inputs: list[dict[str, Any]],
@@ -362,6 +373,13 @@ class OverlappedRollout:
             last = min(last, self.steps - 1)
         return self._may_start(step) and self._may_start(last)
 
+    def _opened_at(self, step: int) -> float:
+        """When the gate let ``step`` start: the trainer's ``finish_step`` of step ``step - max_staleness - 1``
+        (the start for the first steps)."""
+        with self._cond:
+            index = step - self.max_staleness - 1
+            return self._finished_at[index] if index >= 0 else self._started_at
+
     def _apply_weights(self) -> None:
         with self._cond:
             posted, self._mailbox = self._mailbox, None
@@ -379,6 +397,11 @@ class OverlappedRollout:
         overlap another's generation. Each group goes out with its inputs as it completes; weights
         posted meanwhile are applied between batches. Stops after a batch when closing."""
         started = time.perf_counter()
+        queued = {
+            step: max(0.0, started - self._opened_at(step))
+            for step, _, regenerated in parts
+            if not regenerated
+        }
         inputs: dict[str, list[dict[str, Any]]] = {}
         origin: dict[str, tuple[int, bool]] = {}  # group id -> (its step, regenerated)
         items: list[dict[str, Any]] = []
@@ -402,7 +425,9 @@ class OverlappedRollout:
 
         def rolled(step: int, complete: bool) -> None:  # the step's share of this run has ended
             spent = time.perf_counter() - started
-            self._out.put(("rolled", step, spent, retried[step], complete and step in fresh))
+            self._out.put(
+                ("rolled", step, spent, retried[step], complete and step in fresh, queued.pop(step, 0.0))
+            )
             del left[step]
 
         try:
