@@ -48,7 +48,7 @@ class S3Server:
         files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
         for path in files:
             key = root if local.is_file() else f"{root}/{path.relative_to(local).as_posix()}"
-            with filesystem.open_output_stream(key) as stream:
+            with filesystem.open_output_stream(key, compression=None) as stream:  # the bytes as they are
                 stream.write(path.read_bytes())
 
     def download(self, uri: str, local: Path) -> Path:
@@ -60,7 +60,7 @@ class S3Server:
             if info.type == fs.FileType.File:
                 target = local / info.path[len(root) + 1 :]
                 target.parent.mkdir(parents=True, exist_ok=True)
-                with filesystem.open_input_stream(info.path) as stream:
+                with filesystem.open_input_stream(info.path, compression=None) as stream:
                     target.write_bytes(stream.read())
         return local
 

@@ -89,24 +89,24 @@ def locate(uri: str) -> Location:
 
 
 def write_bytes(where: Location, data: bytes) -> None:
-    """Write ``data`` to ``where`` so that a reader sees the old file or the whole new one: a local
+    """Write ``data`` (as it is: a ``.gz`` name compresses nothing) to ``where`` so that a reader sees the old file or the whole new one: a local
     file through a temporary name, fsync and rename; an object store in one upload (published when it
     completes); any other file system through a temporary name and a move."""
     if where.local:
         _write_local(where.path, data)
         return
     if where.filesystem.type_name in _OBJECT_STORES:
-        with where.filesystem.open_output_stream(where.path) as stream:
+        with where.filesystem.open_output_stream(where.path, compression=None) as stream:
             stream.write(data)
         return
     tmp = where.path + ".tmp"
-    with where.filesystem.open_output_stream(tmp) as stream:
+    with where.filesystem.open_output_stream(tmp, compression=None) as stream:
         stream.write(data)
     where.filesystem.move(tmp, where.path)
 
 
 def read_bytes(where: Location) -> bytes:
-    with where.filesystem.open_input_stream(where.path) as stream:
+    with where.filesystem.open_input_stream(where.path, compression=None) as stream:
         return stream.read()
 
 
@@ -147,7 +147,7 @@ def open_output(where: Location) -> Any:
     elsewhere the partial file is deleted, since an object store publishes whatever a closed stream
     holds: there is then no file, so write only what can be written again."""
     tmp = where if not where.local else dataclasses.replace(where, path=where.path + ".tmp")
-    stream = tmp.filesystem.open_output_stream(tmp.path)
+    stream = tmp.filesystem.open_output_stream(tmp.path, compression=None)
     try:
         yield stream
     except BaseException:
