@@ -58,7 +58,7 @@ from .failure_policy import FailurePolicy, OutcomeBook
 from .multi_turn import check_rollout_settings
 from .tool_scheduler import DEFAULT_TOOL_WORKERS, ToolLimit, ToolLimits, ToolScheduler
 from .traces import TrajectoryTraces
-from .trajectory_state import TrajectoryState
+from .trajectory_state import TrajectoryState, with_template_stops
 
 # Exceptions (by class name, anywhere in the MRO) that mean the engine itself is gone.
 FATAL_SAMPLER_ERRORS = frozenset(
@@ -254,6 +254,7 @@ class AsyncMultiTurnRollout(Rollout):
         )
         if params.logprobs is None:
             params = params.replace(logprobs=0)
+        params = with_template_stops(params, self.template)
         specs = resolve_tool_managers(tool_manager, self.tool_manager, len(batch))
         stats = AsyncRolloutStats()
         if not batch:

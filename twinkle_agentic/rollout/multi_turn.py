@@ -35,7 +35,7 @@ from .base import (
     resolve_tool_managers,
 )
 from .traces import TrajectoryTraces
-from .trajectory_state import TrajectoryState, run_tool_calls
+from .trajectory_state import TrajectoryState, run_tool_calls, with_template_stops
 
 
 @dataclass
@@ -139,6 +139,7 @@ class MultiTurnRollout(Rollout):
         params = check_sampling_params(sampling_params) if sampling_params is not None else self.sampling_params
         if params.logprobs is None:
             params = params.replace(logprobs=0)
+        params = with_template_stops(params, self.template)
         specs = resolve_tool_managers(tool_manager, self.tool_manager, len(trajectories))
         if not trajectories:
             return []

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from twinkle_agentic.data_format import SampledSequence, ToolCall
+from twinkle_agentic.data_format import SampledSequence, SamplingParams, ToolCall
+from twinkle_agentic.template.renderer_backend import BridgeError
 from twinkle_agentic.template.template import TemplateLengthError
 
 from .base import (
@@ -40,8 +41,20 @@ from .bookkeeping import TokenLedger, Turn, check_aligned, chosen_logprobs
 logger = logging.getLogger(__name__)
 
 
-class BridgeError(RuntimeError):
-    """The template cannot express the tool results as a continuation of the token stream."""
+__all__ = ["BridgeError", "TrajectoryState", "run_tool_calls", "with_template_stops"]
+
+
+def with_template_stops(params: SamplingParams, template: Any) -> SamplingParams:
+    """``params`` with the template's stop tokens added (a renderer's: the family's turn ends), so
+    an engine stops where the format ends a turn whatever its own EOS; unchanged when the template
+    has none or ``stop`` holds strings (vLLM takes both, but ``stop`` here holds one kind)."""
+    stops = getattr(template, "stop_token_ids", None)
+    extra = [int(t) for t in (stops() if callable(stops) else [])]
+    if not extra or params.stop_strings:
+        return params
+    merged = list(params.stop_token_ids)
+    merged += [t for t in extra if t not in merged]
+    return params if merged == params.stop_token_ids else params.replace(stop=merged)
 
 
 def run_tool_calls(manager: Any, calls: Sequence[ToolCall]) -> list[str]:
@@ -123,9 +136,9 @@ class TrajectoryState:
         pending = Turn.of(tokens, logprobs, policy_versions=seq.policy_versions)  # refuses runs that miscount
         self.turns += 1
         self._missing_logprobs |= logprobs is None
-        text = self.template.decode(tokens, skip_special_tokens=True)
-        calls = with_call_ids(self.template.parse_tool_call(text), self.turns)
-        message: dict[str, Any] = {"role": "assistant", "content": self.template.clean_tool_call(text)}
+        parsed = self.template.parse_turn(tokens, self.ledger.input_ids(), self.tools)
+        message = dict(parsed.message)
+        calls = with_call_ids(parsed.tool_calls, self.turns)
         if calls:
             message["tool_calls"] = calls
         self.messages.append(message)
@@ -157,8 +170,10 @@ class TrajectoryState:
         before = len(self.messages)
         for index, (call, content) in enumerate(zip(calls, results, strict=True)):
             self.messages.append(tool_message(call, str(content), self.turns, index))
-        try:
-            bridge = self._bridge_ids(self.messages[:before], self.messages, list(pending.generated_ids))
+        try:  # the sampled stream is extended, never re-rendered
+            bridge = self.template.bridge_ids(
+                self.ledger.input_ids(), pending.generated_ids, self.messages[:before], self.messages, self.tools
+            )
         except Exception as exc:
             return self._close_turn(ERROR, format_error(exc))
         self.ledger.append(replace(pending, bridge_ids=tuple(bridge)))
@@ -198,22 +213,6 @@ class TrajectoryState:
 
     def _end(self, reason: str, error: str | None = None) -> None:
         self.stop_reason, self.error = reason, error
-
-    def _bridge_ids(self, before: list[dict[str, Any]], after: list[dict[str, Any]], generated: list[int]) -> list[int]:
-        """Step 6: the template text between the generated turn and the next generation prompt."""
-        prev = self.template.render(before, self.tools, add_generation_prompt=False)
-        nxt = self.template.render(after, self.tools, add_generation_prompt=True)
-        if not nxt.startswith(prev):
-            raise BridgeError("the rendering with tool results does not extend the rendering before them")
-        delta = nxt[len(prev) :]
-        if not delta:
-            raise BridgeError("tool results render to nothing")
-        eot, suffix = self.template.end_of_turn, self.template.turn_suffix
-        text = suffix + delta if self.template.ends_turn(generated) else eot + suffix + delta
-        ids = self.template.encode_text(text)
-        if not ids:
-            raise BridgeError("the bridge text encodes to no tokens")
-        return ids
 
     def result(self) -> dict[str, Any]:
         """Step 8 and the output: the input trajectory plus tokens, policy versions, messages and outcome

@@ -1,4 +1,4 @@
-"""Chat templates, tool-call parsers and token-level encoding for rollouts and training data."""
+"""Chat formats (model-family renderers or chat templates), tool-call parsers and token-level encoding."""
 
 from .parsers import (
     HermesToolCallParser,
@@ -6,18 +6,28 @@ from .parsers import (
     canonical_arguments,
     get_tool_call_parser,
     register_tool_call_parser,
+    registered_parser_names,
 )
+from .renderer_backend import BridgeError, ParsedTurn, RendererBackend, auto_renderer_name, renderer_names
 from .template import (
     IGNORE_INDEX,
     Template,
     TemplateLengthError,
     feature,
     messages_for_template,
+    read_chat_template,
     sequence_drift,
 )
 
 __all__ = [
     "IGNORE_INDEX",
+    "BridgeError",
+    "ParsedTurn",
+    "RendererBackend",
+    "auto_renderer_name",
+    "read_chat_template",
+    "registered_parser_names",
+    "renderer_names",
     "HermesToolCallParser",
     "Template",
     "TemplateLengthError",

@@ -1,7 +1,8 @@
 """Tool-call parsers: model text -> OpenAI tool calls, and the text with those calls removed.
 
 A parser is registered by name (``register_tool_call_parser``) so a ``Template`` can be configured
-with a string. ``clean`` removes exactly the blocks ``parse`` turned into calls: a malformed block
+with a string; a name registered nowhere here is looked up among vLLM's tool parsers
+(``vllm.tool_parsers``: ``llama3_json``, ``mistral``, ``deepseek_v3``, ...; see ``vllm_parsers.py``). ``clean`` removes exactly the blocks ``parse`` turned into calls: a malformed block
 stays in the assistant's content, so re-rendering the message reproduces what the model generated
 and nothing it said is silently lost.
 """
@@ -82,16 +83,28 @@ def register_tool_call_parser(name: str, factory: Callable[[], ToolCallParser]) 
     _PARSERS[name] = factory
 
 
-def get_tool_call_parser(parser: str | ToolCallParser) -> ToolCallParser:
-    """A parser instance from a registered name, or ``parser`` itself when it already is one."""
+def get_tool_call_parser(parser: str | ToolCallParser, tokenizer: Any = None) -> ToolCallParser:
+    """A parser instance from a registered name, a vLLM tool parser's name (it needs ``tokenizer``), or
+    ``parser`` itself when it already is one."""
     if not isinstance(parser, str):
         if not (hasattr(parser, "parse") and hasattr(parser, "clean")):
             raise TypeError(f"tool_call_parser must be a name or have parse() and clean(), got {type(parser).__name__}")
         return parser
     factory = _PARSERS.get(parser)
-    if factory is None:
-        raise ValueError(
-            f"unknown tool_call_parser {parser!r}; registered: {sorted(_PARSERS)} "
-            "(add one with register_tool_call_parser)"
-        )
-    return factory()
+    if factory is not None:
+        return factory()
+    from .vllm_parsers import VLLMToolCallParser, vllm_parser_names
+
+    names = vllm_parser_names()
+    if parser in names:
+        return VLLMToolCallParser(parser, tokenizer)
+    raise ValueError(
+        f"unknown tool_call_parser {parser!r}; registered: {sorted(_PARSERS)}"
+        + (f"; vLLM's: {sorted(names)}" if names else " (vLLM's tool parsers need vllm installed)")
+        + " (add one with register_tool_call_parser)"
+    )
+
+
+def registered_parser_names() -> list[str]:
+    """The parser names registered in this process (vLLM's are listed by ``vllm_parser_names``)."""
+    return sorted(_PARSERS)
