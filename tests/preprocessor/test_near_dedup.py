@@ -19,9 +19,10 @@ from twinkle_agentic.preprocessor.near_dedup_config import (
 from twinkle_agentic.preprocessor.near_dedup_minhash import band_keys, permutations, signature
 from twinkle_agentic.preprocessor.near_dedup_select import (
     RowFeatures,
-    bucket_parents,
+    bucket_candidates,
     jaccard,
     near_parents,
+    set_digest,
 )
 from twinkle_agentic.preprocessor.near_dedup_text import conversation_words, normalise, shingle_set
 
@@ -136,15 +137,17 @@ def test_banding_is_derived_from_the_threshold_and_validated():
 
 
 def feature(values: list[int], messages: int = 2, chars: int = 10, bands: tuple[int, ...] = (7,)) -> RowFeatures:
-    return RowFeatures(np.array(sorted(values), np.uint64), np.array(bands, np.int64), messages, chars)
+    shingles = np.array(sorted(values), np.uint64)
+    return RowFeatures(shingles, np.array(bands, np.int64), messages, chars, set_digest(shingles))
 
 
-def test_bucket_parents_take_the_first_better_match():
+def test_set_digest_and_bucket_candidates():
     a = np.arange(10, dtype=np.uint64)
-    b = np.arange(1, 11, dtype=np.uint64)  # J(a, b) = 9/11
-    c = np.arange(100, 110, dtype=np.uint64)
-    assert bucket_parents([a, b, c, a.copy()], 0.5) == [(1, 0), (3, 0)]
-    assert bucket_parents([a, b], 0.95) == []
+    assert set_digest(a) == set_digest(a.copy()) != set_digest(a[1:])
+    # members best first: 2 is a copy of 0; 1 and 3 are representatives paired with every better one
+    copies, pairs = bucket_candidates([5, 6, 5, 7, 6])
+    assert copies == [(2, 0), (4, 1)]
+    assert pairs == [(1, 0), (3, 0), (3, 1)]
 
 
 def test_keep_rule_longest_first_ties_by_id_and_chains():
@@ -157,12 +160,18 @@ def test_keep_rule_longest_first_ties_by_id_and_chains():
     a, b, c = list(range(0, 20)), list(range(5, 25)), list(range(10, 30))
     chain = near_parents([feature(a, 3), feature(b, 2), feature(c, 1)], [0, 1, 2], 0.55)
     assert chain == {1: 0, 2: 1}
+    # exact copies go to the best row of their set, even where a better near-copy exists
+    near = list(range(1, 21))
+    rows = [feature(near, 9), feature(same, 3), feature(same, 1), feature(same, 2)]
+    assert near_parents(rows, [0, 1, 2, 3], 0.8) == {1: 0, 2: 1, 3: 1}
+    # a verified parent must reach the threshold: below it nothing is dropped
+    assert near_parents([feature(a, 3), feature(b, 2)], [0, 1], 0.9) == {}
     # rows that share no band are never compared; rows without words never take part
-    apart = near_parents([feature(same, bands=(1,)), feature(same, bands=(2,)), None], [0, 1, 2], 0.5)
+    apart = near_parents([feature(same, bands=(1,)), feature(same[1:], bands=(2,)), None], [0, 1, 2], 0.5)
     assert apart == {}
     # the parent is the best-ranked verified match over all shared bands, whatever the bucket order;
     # rows 1 and 2 share no band, so both are kept
-    rows = [feature(same, 1, bands=(1, 2)), feature(same, 3, bands=(2,)), feature(same, 2, bands=(1,))]
+    rows = [feature(same, 1, bands=(1, 2)), feature(same[1:], 3, bands=(2,)), feature(same[:-1], 2, bands=(1,))]
     assert near_parents(rows, [0, 1, 2], 0.9) == {0: 1}
 
 

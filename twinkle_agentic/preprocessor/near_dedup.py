@@ -16,7 +16,7 @@ from .base import INVALID_ROW, drop
 from .batch import gc_paused, to_rows
 from .near_dedup_config import DEFAULT_NUM_PERM, DEFAULT_SHINGLE_WORDS, DEFAULT_THRESHOLD, NearDedupConfig
 from .near_dedup_minhash import band_keys, permutations, signature
-from .near_dedup_select import RowFeatures, conversation_length, near_parents
+from .near_dedup_select import RowFeatures, conversation_length, near_parents, set_digest
 from .near_dedup_text import conversation_words, shingle_set
 
 NEAR_DUPLICATE = "near_duplicate"
@@ -60,17 +60,21 @@ class NearDedupFilter:
 
     def features(self, row: dict, cache: dict[str, int] | None = None) -> RowFeatures | None:
         """Shingles, band keys and length of a row; None when its chosen turns hold no word."""
-        cfg = self.config
-        messages = row.get("messages")
-        words = conversation_words(messages, cfg.turns, cfg.max_turns)
-        if not words:
+        shingles = self.shingles(row, cache)
+        if shingles is None:
             return None
-        shingles = shingle_set(words, cfg.shingle_words, cache)
+        cfg = self.config
         if self._perms is None:
             self._perms = permutations(cfg.num_perm, cfg.seed)
         keys = band_keys(signature(shingles, self._perms), self.bands, self.rows)
-        count, chars = conversation_length(messages)
-        return RowFeatures(shingles, keys, count, chars)
+        count, chars = conversation_length(row.get("messages"))
+        return RowFeatures(shingles, keys, count, chars, set_digest(shingles))
+
+    def shingles(self, row: dict, cache: dict[str, int] | None = None) -> Any:
+        """The row's shingle set (sorted distinct uint64); None when its chosen turns hold no word."""
+        cfg = self.config
+        words = conversation_words(row.get("messages"), cfg.turns, cfg.max_turns)
+        return shingle_set(words, cfg.shingle_words, cache) if words else None
 
     def __call__(self, rows: Any) -> tuple[list[dict], list[dict]]:
         with gc_paused():

@@ -9,14 +9,16 @@ import random
 import numpy as np
 import pyarrow as pa
 import pytest
-from twinkle_agentic.jobs.preprocess.frame import DROPPED, LIVE, PART_SPACE, STATS, FrameBuilder
+from twinkle_agentic.jobs.preprocess.frame import DROPPED, LIVE, PART_SPACE, STATS, FrameBuilder, frame_schema
 from twinkle_agentic.jobs.preprocess.near_exchange import (
     BAND,
-    EDGE,
+    CANDIDATE,
+    COPY,
     NPART,
+    NearAttach,
     NearBands,
+    NearMark,
     near_candidates,
-    near_mark,
     near_schema,
 )
 from twinkle_agentic.jobs.preprocess.steps import plan_stages
@@ -33,7 +35,9 @@ def rows_with_near_copies(n: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     rows = chat_rows(n, seed=seed)
     for row in list(rows[: n // 3]):
-        copy = near_copy(row, rng.uniform(0.01, 0.1), rng.choice(VARIANTS), rng)
+        # a tenth are exact copies once normalised (surface variants only)
+        share = 0.0 if rng.random() < 0.1 else rng.uniform(0.01, 0.1)
+        copy = near_copy(row, share, rng.choice(VARIANTS), rng)
         rows.insert(rng.randrange(len(rows) + 1), copy)
     for i, row in enumerate(rows):
         row["id"] = i
@@ -64,11 +68,14 @@ def run_exchange(rows: list[dict], step: NearDedupFilter, partitions: int) -> tu
     banded = [NearBands(step)(block) for block in frames(rows)]
     assert all(t.schema == near_schema() for t in banded)
     assert any(pc_count(t, BAND) for t in banded)
-    candidates = [near_candidates(t, step.threshold) for t in route(banded, partitions)]
+    candidates = [near_candidates(t) for t in route(banded, partitions)]
     assert not any(pc_count(t, BAND) for t in candidates)
-    marked = [near_mark(t, "NearDedupFilter", 3, URIS) for t in route(candidates, partitions)]
+    assert any(pc_count(t, COPY) for t in candidates) and any(pc_count(t, CANDIDATE) for t in candidates)
+    attached = [NearAttach(step)(t) for t in route(candidates, partitions)]
+    assert all(t.schema == near_schema() for t in attached)
+    marked = [NearMark(step, "NearDedupFilter", 3, URIS)(t) for t in route(attached, partitions)]
     out = pa.concat_tables(marked)
-    assert not pc_count(out, EDGE)
+    assert out.schema == frame_schema()
     kinds = out.column("_kind").to_pylist()
     texts = out.column("row").to_pylist()
     reasons = out.column("_reason").to_pylist()
