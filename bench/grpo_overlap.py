@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--mode", choices=("sync", "async"), default="async", help="the example's --mode (default async)"
     )
+    p.add_argument(
+        "--overlap-trainer-threads",
+        type=int,
+        default=None,
+        help="the overlapped runs' --trainer-threads (default: torch's; the synchronous runs always use it)",
+    )
     p.add_argument("--noise", type=float, default=NOISE, help="allowed shortfall of the reward change")
     p.add_argument("--output", type=Path, default=Path("/tmp/grpo_overlap"), help="runs and record")
     p.add_argument("--run-timeout", type=float, default=600, help="seconds before a run is stopped")
@@ -151,6 +157,11 @@ def table(rounds: list[dict[str, dict[str, Any]]]) -> str:
 def runs_of_round(index: int, args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     """The two runs of round ``index`` (their order alternates between rounds)."""
     common = ["--steps", str(args.steps), "--tool-latency", args.tool_latency, "--mode", args.mode]
+    threads = (
+        []
+        if args.overlap_trainer_threads is None
+        else ["--trainer-threads", str(args.overlap_trainer_threads)]
+    )
     runs = [
         ("sync", common),
         (
@@ -162,6 +173,7 @@ def runs_of_round(index: int, args: argparse.Namespace) -> list[tuple[str, list[
                 str(args.max_staleness),
                 "--run-steps",
                 str(args.run_steps),
+                *threads,
             ],
         ),
     ]

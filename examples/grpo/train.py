@@ -205,6 +205,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with --overlap: steps a farm run waits to carry, 1 to max-staleness + 1 (default 1: start at once)",
     )
     parser.add_argument(
+        "--trainer-threads",
+        type=int,
+        default=None,
+        help="torch threads of the trainer (default: torch's, one per core); with --overlap the engine "
+        "generates while the trainer trains, so fewer threads leave it cores",
+    )
+    parser.add_argument(
         "--tool-latency",
         type=latency_arg,
         default=latency_arg("none"),
@@ -215,6 +222,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.max_staleness < 0:
         parser.error("--max-staleness must be >= 0 (0: the overlap waits for each step's weights)")
+    if args.trainer_threads is not None and args.trainer_threads < 1:
+        parser.error("--trainer-threads must be >= 1 (or left out for torch's default)")
     if not 1 <= args.run_steps <= args.max_staleness + 1:
         parser.error("--run-steps must be from 1 to --max-staleness + 1 (a run carries the steps the bound allows)")
     if args.steps < 1 or args.prompts < 1 or args.group_size < 2:
@@ -237,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     args.output.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
+    if args.trainer_threads is not None:
+        torch.set_num_threads(args.trainer_threads)
     cfg = job_config(args, tiny_model_path())
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
     args.pad_id = model.config.pad_token_id or 0
