@@ -16,25 +16,27 @@ def lines(rewards: list[float], rollout_s: float, train_s: float = 1.0, **extra)
     ]  # fmt: skip
 
 
-def test_steps_per_hour_leaves_out_the_first_step():
-    run = lines([0.5] * 4, rollout_s=3.0)
+def test_steps_per_hour_leaves_out_the_first_two_steps():
+    run = lines([0.5] * 5, rollout_s=3.0)
     run[0]["rollout_s"] = 100.0  # the first rollout: never overlapped, left out
+    run[1]["rollout_s"] = 0.0  # rolled out with step 0 in the overlap's first run: left out
     assert steps_per_hour(run) == pytest.approx(3600 * 3 / 12.0)
-    with pytest.raises(ValueError, match="two steps"):
-        steps_per_hour(run[:1])
+    with pytest.raises(ValueError, match="more than 2 steps"):
+        steps_per_hour(run[:2])
 
 
 def test_summary_and_verdict_over_paired_rounds():
     rewards = [0.4, 0.5, 0.6, 0.6, 0.7, 0.8]
     sync = summarise(lines(rewards, rollout_s=3.0))
     assert sync["change"] == pytest.approx(0.2) and sync["steps_per_hour"] == pytest.approx(900.0)
+    assert sync["timed_steps"] == 4
     fast = summarise(lines(rewards, rollout_s=1.0, staleness=1))
     slow = summarise(lines([0.4, 0.5, 0.6, 0.5, 0.5, 0.5], rollout_s=1.4, staleness=1))
     assert fast["max_staleness_seen"] == 1
     rounds = [{"sync": sync, "overlap": fast}, {"sync": sync, "overlap": fast}, {"sync": sync, "overlap": slow}]
     result = verdict(rounds, max_staleness=1, noise=0.065)
     assert result["ratio"] == pytest.approx(2.0)  # the median of 2.0, 2.0 and 1.67
-    assert result["pooled_ratio"] == pytest.approx(3 * 20 / (2 * 10 + 12))  # 15 steps in 60 s vs 32 s
+    assert result["pooled_ratio"] == pytest.approx(3 * 16 / (2 * 8 + 9.6))  # 12 steps in 48 s vs 25.6 s
     assert result["learning_not_worse"] and result["goal_met"]
     assert not verdict(rounds, max_staleness=2, noise=0.065)["goal_met"]  # the goal is at staleness <= 1
     worse = verdict([{"sync": sync, "overlap": slow}], max_staleness=1, noise=0.065)
