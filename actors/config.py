@@ -103,6 +103,8 @@ class EngineConfig(VLLMEngineConfig):
                 f"tensor_parallel_size={self.tensor_parallel_size} needs num_gpus={self.tensor_parallel_size} per "
                 f"engine (one GPU per shard), got num_gpus={self.num_gpus}"
             )
+        if self.weight_transfer == "nccl" and not self.on_gpu:
+            raise FarmConfigError("weight_transfer='nccl' needs GPU engines (num_gpus > 0); CPU engines use 'gloo'")
         if self.on_gpu and self.kv_cache_space_gb is not None:
             raise FarmConfigError("kv_cache_space_gb sizes CPU engines only; on GPUs use gpu_memory_utilization")
         if self.inprocess and self.tensor_parallel_size > 1:

@@ -136,6 +136,8 @@ class RolloutFarm:
         self.policy_version = 0  # of the latest weights; 0 for the ones the engines start with
         self.last_update: FarmUpdate | None = None
         self._weights: Any = None  # ObjectRef of the latest checked payload, which new workers load
+        self._weights_version = 0  # the policy version of that payload
+        self._warned_stale = False
         self._shapes: dict[str, tuple[int, ...]] | None = None
 
     # -- workers ---------------------------------------------------------------------------------------
@@ -153,8 +155,8 @@ class RolloutFarm:
             groups = options.pop("concurrency_groups", None)  # a class option in Ray, not a call option
             actor_cls = ray.remote(concurrency_groups=groups)(self.worker_cls) if groups else ray.remote(self.worker_cls)
             self._actor_cls = actor_cls.options(**options)
-        slot.handle = self._actor_cls.remote(self.engine, self.spec, self._weights, self.policy_version)
-        slot.policy_version = self.policy_version
+        slot.handle = self._actor_cls.remote(self.engine, self.spec, self._weights, self._weights_version)
+        slot.policy_version = self._weights_version
         slot.ready_ref = slot.handle.ready.remote()
         slot.launched_at = time.monotonic()
         slot.state = "starting"
@@ -233,59 +235,98 @@ class RolloutFarm:
 
         ``weights`` is a checkpoint directory (Hugging Face layout, safetensors, on storage every node
         sees) or in-memory tensors (a mapping or an iterable of ``(name, torch.Tensor)`` under the
-        checkpoint's names), as for ``VLLMSampler.update_weights``. It is checked against the model's
-        checkpoint first: a missing, extra or misshaped tensor raises ``WeightUpdateError`` and nothing
-        is sent. Returns when every live worker serves the new version (workers still starting are
-        waited for); a worker that fails meanwhile is replaced, and its replacement loads these
-        weights before it takes work. Call it between runs, or from the loop that reads ``run``;
-        ``on_update`` (default ``FarmOptions.on_update``) says what happens to running trajectories.
+        checkpoint's names), as for ``VLLMSampler.update_weights``, or a ``WeightTransfer``
+        (``open_weight_transfer``), whose source is broadcast over the trainer's process group. It is
+        checked against the model's checkpoint first: a missing, extra or misshaped tensor raises
+        ``WeightUpdateError`` and nothing is sent. Returns when every live worker serves the new version
+        (workers still starting are waited for); a worker that fails meanwhile is replaced. A worker
+        started after a checkpoint or tensor update loads those weights before it takes work; one
+        started after a transfer-group update joins the group at the next update and takes work once
+        it serves it. Call it between runs, or from the loop that reads ``run``; ``on_update`` (default
+        ``FarmOptions.on_update``) says what happens to running trajectories.
         """
         import ray
 
         from twinkle_agentic.sampler.weights import Stopwatch, check_on_update, next_version, prepare_update
 
+        from .weight_transfer import WeightTransfer
+
         watch = Stopwatch()
         on_update = check_on_update(on_update or self.options.on_update)
-        update = prepare_update(weights, self._checkpoint_shapes())
         new_version = next_version(self.policy_version, version)
+        if isinstance(weights, WeightTransfer):
+            return weights.send(new_version, on_update)
+        update = prepare_update(weights, self._checkpoint_shapes())
         report = FarmUpdate(new_version, update.tensors, update.nbytes, prepare_s=watch.lap(), put_s=0.0)
         ref = ray.put(update)
         report.put_s = watch.lap()
-        self._weights, self.policy_version = ref, new_version  # from here on, new workers load it
+        self._weights, self._weights_version = ref, new_version  # from here on, new workers load it
+        self.policy_version = new_version
         self._settle_starting(new_version)
-        options = self.options
-        calls = {
+        calls = self._submit_update(ref, new_version, on_update, self._behind(new_version))
+        self._collect_update(calls, report)
+        report.wall_s = watch.lap() + report.prepare_s + report.put_s
+        return new_version
+
+    def open_weight_transfer(self, source: Any, **options: Any) -> Any:
+        """A process group of the trainer (this process) and every engine, through vLLM's transfer
+        engines; pass it to ``update_weights`` to broadcast the source's current tensors. ``source`` is
+        the trainer's ``torch.nn.Module`` or a vLLM ``WeightSource``; ``options`` as for
+        ``WeightTransfer``. The engines must be started with ``weight_transfer`` (``nccl`` on GPUs,
+        ``gloo`` on CPUs)."""
+        from .weight_transfer import WeightTransfer
+
+        transfer = WeightTransfer(self, source, **options)
+        transfer.open()
+        return transfer
+
+    def _behind(self, version: int) -> list[WorkerSlot]:
+        return [s for s in self.slots if s.state == "ready" and s.policy_version < version]
+
+    def _submit_update(
+        self, ref: Any, version: int, on_update: str, slots: list[WorkerSlot]
+    ) -> dict[Any, tuple[WorkerSlot, float]]:
+        """Send a payload (an ObjectRef of a checked ``WeightUpdate``) to ``slots``, one call each."""
+        return {
             slot.handle.update_weights.options(concurrency_group=CONTROL_GROUP).remote(
-                ref, new_version, on_update, options.finish_timeout_s
+                ref, version, on_update, self.options.finish_timeout_s
             ): (slot, time.perf_counter())
-            for slot in self.slots
-            if slot.state == "ready" and slot.policy_version < new_version
+            for slot in slots
         }
+
+    def _collect_update(self, calls: dict[Any, tuple[WorkerSlot, float]], report: FarmUpdate) -> None:
+        """Wait for the calls of ``_submit_update``, account each worker, replace those that failed."""
+        import ray
+
+        options = self.options
         report.ray_calls = 1 + len(calls)
-        done, _ = ray.wait(list(calls), num_returns=len(calls), timeout=options.finish_timeout_s + options.ready_timeout_s)
-        for ref_, (slot, sent) in calls.items():
+        limit = options.finish_timeout_s + options.ready_timeout_s
+        done, _ = ray.wait(list(calls), num_returns=len(calls), timeout=limit) if calls else ([], [])
+        for ref, (slot, sent) in calls.items():
             try:
-                if ref_ not in done:
-                    raise TimeoutError(f"no answer within {options.finish_timeout_s + options.ready_timeout_s:g} s")
-                account = ray.get(ref_)
+                if ref not in done:
+                    raise TimeoutError(f"no answer within {limit:g} s")
+                account = ray.get(ref)
             except Exception as exc:
                 report.failed[slot.index] = _describe(exc)
                 continue
             account["transfer_s"] = round(max(0.0, time.perf_counter() - sent - account.get("total_s", 0.0)), 6)
             report.workers[slot.index] = account
-            slot.policy_version = new_version
+            slot.policy_version = report.version
         for index, reason in report.failed.items():
-            slot = self.slots[index]
-            logger.warning("worker %d failed to load policy version %d: %s", index, new_version, reason)
-            if slot.inflight:  # a run is reading its batches: it collects them, then replaces the worker
-                self._kill(slot)
-                slot.state = "lost"
-                slot.errors.append(f"weight update failed: {reason}")
-            else:
-                self._replace(slot, f"weight update failed: {reason}")
-        report.wall_s = watch.lap() + report.prepare_s + report.put_s
+            logger.warning("worker %d failed to load policy version %d: %s", index, report.version, reason)
+            self._drop(self.slots[index], f"weight update failed: {reason}")
         self.last_update = report
-        return new_version
+
+    def _drop(self, slot: WorkerSlot, reason: str) -> None:
+        """Replace a worker outside a batch's failure: at once, or, while a run is reading its batches,
+        once that run has collected them (no batch is blamed)."""
+        if slot.inflight:
+            self._kill(slot)
+            slot.state = "lost"
+            slot.errors.append(reason)
+        else:
+            self._replace(slot, reason)
 
     def _checkpoint_shapes(self) -> dict[str, tuple[int, ...]]:
         from twinkle_agentic.sampler.weights import checkpoint_shapes, model_directory
@@ -368,10 +409,11 @@ class RolloutFarm:
         """Hand out batches round-robin until every ready worker holds ``inflight_per_worker``; a suspect
         batch only goes to an idle worker, and has it to itself."""
         limit = self.options.inflight_per_worker
+        serving = self._serving()
         progress = True
         while queue and progress:
             progress = False
-            ready = [s for s in self.slots if s.state == "ready" and not s.exclusive and len(s.inflight) < limit]
+            ready = [s for s in serving if not s.exclusive and len(s.inflight) < limit]
             for slot in sorted(ready, key=lambda s: len(s.inflight)):
                 index = next((i for i, b in enumerate(queue) if not (b.suspect and slot.inflight)), None)
                 if index is None:
@@ -384,6 +426,23 @@ class RolloutFarm:
                 slot.inflight[ref] = (batch, time.monotonic())
                 self._owner[ref] = slot
                 progress = True
+
+    def _serving(self) -> list[WorkerSlot]:
+        """Ready workers that serve the latest policy version. A worker started after a transfer-group
+        update serves an older one until the next update reaches it; if no worker serves the latest,
+        the others work on, their trajectories stamped with the version they ran."""
+        ready = [s for s in self.slots if s.state == "ready"]
+        current = [s for s in ready if s.policy_version >= self.policy_version]
+        if current or not ready:
+            return current
+        if not self._warned_stale:
+            logger.warning(
+                "no worker serves policy version %d yet (those started since the last transfer-group update "
+                "serve older weights until the next one); they take work meanwhile",
+                self.policy_version,
+            )
+            self._warned_stale = True
+        return ready
 
     def _step(self, queue: deque[Batch]) -> FarmBatch | None:
         """Wait for the next event (a batch, a worker ready, or a deadline) and handle it."""

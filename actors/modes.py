@@ -119,6 +119,12 @@ class EngineMode:
         self.sampler.apply_update(update, version=version, on_update=on_update)
         return self.sampler.last_update.to_dict()
 
+    def init_weight_transfer(self, init_info: dict[str, Any]) -> None:
+        self.sampler.init_weight_transfer(init_info)
+
+    def close_weight_transfer(self) -> None:
+        self.sampler.close_weight_transfer()
+
 
 class SyncRollout(EngineMode):
     """``MultiTurnRollout`` over an offline vLLM engine: one batched ``sample`` per turn.

@@ -177,13 +177,25 @@ class RolloutWorker:
                 self._batches.notify_all()
         return {"wait_s": round(wait_s, 6), **timings, "total_s": round(time.perf_counter() - start, 6)}
 
-    def _apply(self, weights: WeightUpdate, policy_version: int, on_update: str) -> dict[str, Any]:
-        apply = getattr(self.mode, "apply_update", None)
-        if apply is None:
+    def init_weight_transfer(self, init_info: dict[str, Any]) -> None:
+        """Join a trainer's weight-transfer group (``RolloutFarm.open_weight_transfer``); blocks until
+        every member has joined."""
+        self._engine_mode("init_weight_transfer")(init_info)
+
+    def close_weight_transfer(self) -> None:
+        """Leave the trainer's weight-transfer group, before the farm forms a new one."""
+        self._engine_mode("close_weight_transfer")()
+
+    def _engine_mode(self, method: str) -> Any:
+        found = getattr(self.mode, method, None)
+        if found is None:
             from twinkle_agentic.sampler.weights import WeightUpdateError
 
-            raise WeightUpdateError(f"rollout mode {self.cfg.mode!r} cannot load new weights (it has no apply_update)")
-        return apply(weights, version=policy_version, on_update=on_update)
+            raise WeightUpdateError(f"rollout mode {self.cfg.mode!r} cannot load new weights (it has no {method})")
+        return found
+
+    def _apply(self, weights: WeightUpdate, policy_version: int, on_update: str) -> dict[str, Any]:
+        return self._engine_mode("apply_update")(weights, version=policy_version, on_update=on_update)
 
     def _roll(self, batch: list[Trajectory]) -> list[Trajectory]:
         """Open each trajectory's tools, run the mode's rollout, close the tools.
