@@ -9,7 +9,8 @@
       -> RolloutFarm: N workers, one engine each; batches streamed back as they finish
       -> trajectories collected into groups (the samples of one prompt); a failed member rolled out
          again, fresh, up to groups.max_member_retries times (another farm run after this one)
-      -> each complete group, with its advantages, appended to trajectories.jsonl and fsynced; progress bar
+      -> each complete group, with its advantages, into the journal (journal.py: trajectories.jsonl
+         appended and fsynced locally, segments on object stores); progress bar
       -> (parquet), summary.json, the printed summary
 """
 
