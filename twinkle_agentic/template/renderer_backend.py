@@ -148,8 +148,9 @@ class RendererBackend:
                         "function": {"name": call.name, "arguments": self._arguments(call)},
                     }
                 )
-            else:
-                broken.append(call.raw)
+            else:  # the block as generated, markers included where the parser located its tokens
+                span = call.token_span
+                broken.append(self.tokenizer.decode(token_ids[span[0] : span[1]], skip_special_tokens=False) if span else call.raw)
         content = parsed.content or ""
         if broken:  # kept as text: what the model said is never dropped, and nothing is executed
             content = "\n".join([content, *broken]) if content else "\n".join(broken)
