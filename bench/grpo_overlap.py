@@ -140,6 +140,15 @@ def verdict(rounds: list[dict[str, dict[str, Any]]], max_staleness: int, noise: 
     }
 
 
+def curves(rounds: list[dict[str, dict[str, Any]]]) -> str:
+    """Mean reward per step of each run kind, averaged over the rounds."""
+    rows = []
+    for mode in ("sync", "overlap"):
+        per_step = zip(*(r[mode]["rewards"] for r in rounds), strict=True)
+        rows.append(f"{mode:>8} " + " ".join(f"{statistics.fmean(values):.3f}" for values in per_step))
+    return "mean reward per step (mean over the rounds):\n" + "\n".join(rows)
+
+
 def table(rounds: list[dict[str, dict[str, Any]]]) -> str:
     rows = [
         f"{'round':>5} {'run':>8} {'steps/h':>8} {'rollout':>8} {'train':>7} {'update':>7} "
@@ -201,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(rounds), flush=True)
     result = verdict(rounds, args.max_staleness, args.noise)
     print(table(rounds))
+    print(curves(rounds))
     med = result["median"]
     print(
         f"median over {args.rounds} rounds: sync {med['sync']['steps_per_hour']:.0f} steps/h, overlap "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.grpo_overlap import build_parser, runs_of_round, steps_per_hour, summarise, verdict
+from bench.grpo_overlap import build_parser, curves, runs_of_round, steps_per_hour, summarise, verdict
 
 
 def lines(rewards: list[float], rollout_s: float, train_s: float = 1.0, **extra) -> list[dict]:
@@ -39,6 +39,10 @@ def test_summary_and_verdict_over_paired_rounds():
     assert result["pooled_ratio"] == pytest.approx(3 * 16 / (2 * 8 + 9.6))  # 12 steps in 48 s vs 25.6 s
     assert result["learning_not_worse"] and result["goal_met"]
     assert not verdict(rounds, max_staleness=2, noise=0.065)["goal_met"]  # the goal is at staleness <= 1
+    assert curves(rounds[:2]).splitlines()[1:] == [
+        "    sync 0.400 0.500 0.600 0.600 0.700 0.800",
+        " overlap 0.400 0.500 0.600 0.600 0.700 0.800",
+    ]
     worse = verdict([{"sync": sync, "overlap": slow}], max_staleness=1, noise=0.065)
     assert not worse["learning_not_worse"] and not worse["goal_met"]
     with pytest.raises(ValueError, match="at least 6"):
