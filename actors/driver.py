@@ -19,7 +19,9 @@ come back with ``stop_reason="error"``, as do all remaining ones if every worker
 ``update_weights`` checks and packs new weights once, puts them in Ray's object store once and sends
 one call per live worker, whatever the number of tensors (``FarmOptions.on_update`` says what happens
 to the trajectories those workers are running). The farm keeps the latest payload, and every worker
-it starts afterwards (a replacement or a late start) loads it before it reports ready.
+it starts afterwards (a replacement or a late start) loads it before it reports ready. Over a transfer
+group (``open_weight_transfer``, ``weight_transfer.py``) the tensors are broadcast instead, and a
+worker started afterwards takes work once the next broadcast reaches it.
 """
 
 from __future__ import annotations

@@ -53,8 +53,8 @@ class VLLMEngineConfig:
             raise EngineConfigError(f"tensor_parallel_size must be an integer >= 1, got {self.tensor_parallel_size!r}")
         if self.weight_transfer not in WEIGHT_TRANSFER_BACKENDS:
             raise EngineConfigError(
-                f"weight_transfer must be one of {', '.join(map(str, WEIGHT_TRANSFER_BACKENDS))}, got "
-                f"{self.weight_transfer!r}: nccl on GPU engines, gloo on CPU engines"
+                f"weight_transfer must be null, gloo or nccl, got {self.weight_transfer!r}: nccl on GPU engines, "
+                "gloo on CPU engines"
             )
         if not isinstance(self.engine_kwargs, dict):
             raise EngineConfigError(f"engine_kwargs must be a mapping, got {type(self.engine_kwargs).__name__}")

