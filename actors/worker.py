@@ -108,14 +108,17 @@ class RolloutWorker:
         (the driver restarts workers itself and re-runs only their unfinished trajectories).
 
         A mode that runs one batch at a time gets a sequential actor: Ray then runs calls in the order
-        they were sent, so when the worker dies the driver knows which batch it was running."""
-        cfg.validate()
+        they were sent, so when the worker dies the driver knows which batch it was running. An engine
+        of several GPUs adds ``placement_group`` (``bundles``, ``strategy``: see ``placement.py``), which
+        the driver turns into one group per worker and the actor's scheduling strategy."""
+        placement = cfg.placement()  # validates cfg
         runtime_env = dict(cfg.runtime_env)
         runtime_env["env_vars"] = {**cfg.process_env(), **dict(runtime_env.get("env_vars") or {})}
         concurrent = bool(getattr(mode_class(cfg.mode), "concurrent_batches", False))
+        group = {"placement_group": placement.group_spec()} if placement.uses_group else {}
         return {
-            "num_cpus": cfg.num_cpus,
-            "num_gpus": cfg.num_gpus,
+            **placement.actor_options(),
+            **group,
             "runtime_env": runtime_env,
             "max_restarts": 0,
             "max_concurrency": MAX_CONCURRENT_BATCHES if concurrent else 1,

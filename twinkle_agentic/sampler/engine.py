@@ -31,7 +31,10 @@ class VLLMEngineConfig:
     max_model_len: int | None = field(default=None, metadata={"help": "context length (default: the model's)"})
     dtype: str = field(default="auto", metadata={"help": "weights and activations dtype (auto, float32, bfloat16...)"})
     seed: int = field(default=0, metadata={"help": "sampling seed of requests that carry none"})
-    tensor_parallel_size: int = field(default=1, metadata={"help": "GPUs one engine is sharded over"})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "GPUs each layer is sharded over (one node)"})
+    pipeline_parallel_size: int = field(
+        default=1, metadata={"help": "pipeline stages the layers are split into (each tensor_parallel_size GPUs)"}
+    )
     gpu_memory_utilization: float = field(default=0.9, metadata={"help": "share of GPU memory vLLM may take"})
     enable_prefix_caching: bool | None = field(default=None, metadata={"help": "vLLM prefix caching (default: vLLM's)"})
     trust_remote_code: bool = field(default=False, metadata={"help": "run the model repository's own code"})
@@ -51,6 +54,10 @@ class VLLMEngineConfig:
             raise EngineConfigError(f"max_model_len must be null or an integer >= 2, got {self.max_model_len!r}")
         if not isinstance(self.tensor_parallel_size, int) or self.tensor_parallel_size < 1:
             raise EngineConfigError(f"tensor_parallel_size must be an integer >= 1, got {self.tensor_parallel_size!r}")
+        if not isinstance(self.pipeline_parallel_size, int) or self.pipeline_parallel_size < 1:
+            raise EngineConfigError(
+                f"pipeline_parallel_size must be an integer >= 1, got {self.pipeline_parallel_size!r}"
+            )
         if self.weight_transfer not in WEIGHT_TRANSFER_BACKENDS:
             raise EngineConfigError(
                 f"weight_transfer must be null, gloo or nccl, got {self.weight_transfer!r}: nccl on GPU engines, "
@@ -58,6 +65,11 @@ class VLLMEngineConfig:
             )
         if not isinstance(self.engine_kwargs, dict):
             raise EngineConfigError(f"engine_kwargs must be a mapping, got {type(self.engine_kwargs).__name__}")
+
+    @property
+    def world_size(self) -> int:
+        """Shards (GPU processes) of one engine: ``tensor_parallel_size * pipeline_parallel_size``."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     def vllm_settings(self) -> dict[str, Any]:
         """This class's own fields (not those a subclass adds), as keyword arguments."""
