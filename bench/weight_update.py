@@ -10,9 +10,11 @@ a Qwen2-shaped model of about 100M parameters built at run time with random weig
 (``--hidden``/``--layers``/``--intermediate``/``--heads``/``--kv-heads``, the tiny model's vocabulary
 and tokenizer, saved as safetensors in a temporary directory, engine dtype ``--big-dtype``).
 
-Each round updates the farm twice, from the checkpoint directory and from the same tensors in memory
-(a ``state_dict`` as a trainer holds it), alternating which goes first; a warm-up update of each
-path runs before the rounds and is kept apart. Per update, from ``RolloutFarm.last_update``:
+Each round updates the farm three times with the same weights: from the checkpoint directory, from
+the same tensors in memory (a ``state_dict`` as a trainer holds it) and over a transfer group
+(``open_weight_transfer`` with the ``gloo`` backend: a broadcast of a transformers model of the
+checkpoint, the path GPU engines take with ``nccl``), rotating which goes first; a warm-up update of
+each path runs before the rounds and is kept apart. Per update, from ``RolloutFarm.last_update``:
 ``prepare_s`` (check and serialise into safetensors buckets; for a checkpoint, the header check),
 ``put_s`` (``ray.put`` of the payload), ``transfer_s`` (the worker call's round trip less the time
 inside the worker: fetching the payload from the object store, scheduling), ``load_s`` (the engine
@@ -51,7 +53,7 @@ from twinkle_agentic.local_cpu import use_local_cpu_defaults  # noqa: E402
 
 use_local_cpu_defaults(RAY_USAGE_STATS_ENABLED="0")
 
-PATHS = ("checkpoint", "memory")
+PATHS = ("checkpoint", "memory", "transfer")
 ON_UPDATE = ("finish", "abort_and_resume")
 # (key in the per-update record, column label); seconds are shown in ms
 COLUMNS = (
@@ -223,7 +225,7 @@ def start_farm(model: str, dtype: str, mode: str = "sync", **options: Any) -> An
         max_trajectory_tokens=TRAJECTORY_TOKENS,
     )
     farm = RolloutFarm(
-        EngineConfig(model, dtype=dtype, max_model_len=512, kv_cache_space_gb=1, mode=mode),
+        EngineConfig(model, dtype=dtype, max_model_len=512, kv_cache_space_gb=1, mode=mode, weight_transfer="gloo"),
         spec,
         FarmOptions(engines=1, **options),
     )
@@ -231,17 +233,21 @@ def start_farm(model: str, dtype: str, mode: str = "sync", **options: Any) -> An
     return farm
 
 
-def measure_paths(farm: Any, directory: str, rounds: int) -> dict[str, Any]:
-    """A warm-up update of each path, then ``rounds`` rounds of both paths, alternating the order."""
+def measure_paths(farm: Any, directory: str, dtype: str, rounds: int) -> dict[str, Any]:
+    """A warm-up update of each path, then ``rounds`` rounds of every path, rotating the order."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
     tensors = state_dict(directory)
-    sources = {"checkpoint": directory, "memory": tensors}
+    trainer = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, dtype))
+    sources = {"checkpoint": directory, "memory": tensors, "transfer": farm.open_weight_transfer(trainer)}
     warmup = {}
     for path in PATHS:
         farm.update_weights(sources[path])
         warmup[path] = flatten(farm.last_update)
     per_path: dict[str, list[dict[str, Any]]] = {p: [] for p in PATHS}
     for index in range(rounds):
-        for path in PATHS if index % 2 == 0 else PATHS[::-1]:
+        for path in PATHS[index % len(PATHS) :] + PATHS[: index % len(PATHS)]:
             farm.update_weights(sources[path])
             per_path[path].append(flatten(farm.last_update))
             print(f"#   round {index + 1} {path}: {per_path[path][-1]['wall_s'] * 1000:.0f} ms", flush=True)
@@ -306,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             meta["farm_start_s"] = round(time.perf_counter() - start, 1)
             print(f"# {name}: farm of 1 engine ready in {meta['farm_start_s']} s", flush=True)
             try:
-                meta.update(measure_paths(farm, directory, args.rounds))
+                meta.update(measure_paths(farm, directory, dtype, args.rounds))
             finally:
                 farm.shutdown()
             results["models"][name] = meta
