@@ -1,9 +1,10 @@
 """MinHash signatures of shingle sets and their LSH band keys, vectorised with numpy.
 
-Permutation ``i`` maps a shingle's 32-bit hash ``x`` to ``(a_i x + b_i) mod (2^61 - 1)``, whose low
-32 bits are kept; with ``a_i, x < 2^32`` every product fits in 64 bits, so the arithmetic is exact
-and the signatures are the same on every machine. Two sets agree on one MinHash value with
-probability equal to their Jaccard similarity.
+Permutation ``i`` maps a shingle's 64-bit hash ``x`` to the high 32 bits of ``a_i x + b_i`` modulo
+2^64 (multiply-shift hashing, ``a_i`` odd): no division, so a row's whole signature is a few numpy
+operations, and unsigned 64-bit arithmetic wraps the same on every machine, so signatures are
+reproducible. Two sets agree on one MinHash value with probability close to their Jaccard
+similarity.
 """
 
 from __future__ import annotations
@@ -12,28 +13,25 @@ import numpy as np
 
 from .near_dedup_text import mix64
 
-MERSENNE_61 = np.uint64((1 << 61) - 1)
-LOW_32 = np.uint64(0xFFFFFFFF)
+SHIFT = np.uint64(32)
 # Shingles processed at once: bounds the (num_perm x chunk) matrix to a few MiB.
 CHUNK = 4096
 
 
 def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``(a, b)`` coefficients of ``num_perm`` permutations, as column vectors."""
+    """The ``(a, b)`` coefficients of ``num_perm`` permutations (``a`` odd), as column vectors."""
     rng = np.random.default_rng(seed)
-    a = rng.integers(1, 1 << 32, size=num_perm, dtype=np.uint64)
-    b = rng.integers(0, 1 << 32, size=num_perm, dtype=np.uint64)
+    a = rng.integers(0, 1 << 63, size=num_perm, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    b = rng.integers(0, 1 << 63, size=num_perm, dtype=np.uint64)
     return a[:, None], b[:, None]
 
 
 def signature(shingles: np.ndarray, perms: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """The MinHash signature (``num_perm`` uint32 values) of a non-empty shingle set."""
     a, b = perms
-    x = (shingles ^ (shingles >> np.uint64(32))) & LOW_32
     result = np.full(a.shape[0], np.iinfo(np.uint64).max, dtype=np.uint64)
-    for start in range(0, x.size, CHUNK):
-        chunk = x[None, start : start + CHUNK]
-        values = ((a * chunk + b) % MERSENNE_61) & LOW_32
+    for start in range(0, shingles.size, CHUNK):
+        values = (a * shingles[None, start : start + CHUNK] + b) >> SHIFT
         np.minimum(result, values.min(axis=1), out=result)
     return result.astype(np.uint32)
 

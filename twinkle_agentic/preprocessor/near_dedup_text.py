@@ -87,12 +87,9 @@ def shingle_set(words: list[str], size: int, cache: dict[str, int] | None = None
     if not words:
         return np.empty(0, dtype=np.uint64)
     cache = {} if cache is None else cache
-    hashes = np.empty(len(words), dtype=np.uint64)
-    for i, word in enumerate(words):
-        h = cache.get(word)
-        if h is None:
-            h = cache[word] = word_hash(word)
-        hashes[i] = h
+    for word in set(words).difference(cache):
+        cache[word] = word_hash(word)
+    hashes = np.fromiter(map(cache.__getitem__, words), np.uint64, len(words))
     width = min(size, len(words))
     count = len(words) - width + 1
     combined = hashes[:count].copy()
