@@ -143,6 +143,7 @@ class Journal:
                 remove(where.child(name))
         elif present:
             journal._check_resumable(fingerprint, present)
+            journal._continue_form(present, options)
         where.filesystem.create_dir(
             where.child(SEGMENTS_DIR).path if journal.segmented else where.path, recursive=True
         )
@@ -169,6 +170,18 @@ class Journal:
             raise ConfigError(
                 f"output directory {self.output.uri!r} holds a run with other settings ({detail}); resuming "
                 "would mix them: pass --overwrite to start over or choose another --output"
+            )
+
+    def _continue_form(self, present: list[str], options: dict[str, Any]) -> None:
+        """Resume in the form the journal has: segments (copied to a local disk, say) stay segments; an
+        appended ``trajectories.jsonl`` where files cannot be appended to is refused with the fix."""
+        if SEGMENTS_DIR in present and options.get("segmented") is None:
+            self.segmented = True
+        elif self.segmented and JOURNAL_FILE in present:
+            raise ConfigError(
+                f"output directory {self.output.uri!r} holds {JOURNAL_FILE}, a journal written on a local "
+                "disk, which this file system cannot append to: resume the run on a local --output, or move "
+                f"the file to {SEGMENTS_DIR}/part-00000000.jsonl to continue it here"
             )
 
     def recover(self) -> JournalState:

@@ -131,3 +131,19 @@ def test_a_bad_line_in_a_segment_names_the_segment(tmp_path):
     segment.write_text(segment.read_text() + "not json\n")
     with pytest.raises(journal_module.ConfigError, match=r"part-00000000\.jsonl line 3 is not JSON"):
         Journal.open(str(tmp_path), FINGERPRINT, overwrite=False, segmented=True)
+
+
+def test_a_journal_resumes_in_the_form_it_has(tmp_path):
+    """Segments copied to a local disk stay segments; a local run's trajectories.jsonl where files
+    cannot be appended to is refused, naming the fix."""
+    journal, _ = Journal.open(str(tmp_path / "seg"), FINGERPRINT, overwrite=False, segmented=True, flush_s=0)
+    journal.append(group("a"))
+    journal, state = Journal.open(str(tmp_path / "seg"), FINGERPRINT, overwrite=False)
+    assert journal.segmented and state.ids == {"a/s0", "a/s1"}
+    journal, _ = Journal.open(str(tmp_path / "appended"), FINGERPRINT, overwrite=False)
+    journal.append(group("a"))
+    journal.close()
+    with pytest.raises(
+        journal_module.ConfigError, match=r"move the file to trajectories/part-00000000\.jsonl"
+    ):
+        Journal.open(str(tmp_path / "appended"), FINGERPRINT, overwrite=False, segmented=True)
