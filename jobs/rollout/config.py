@@ -223,6 +223,12 @@ class RolloutJobConfig:
             self.groups.validate()
         except BaseConfigError as exc:
             raise (exc if isinstance(exc, ConfigError) else ConfigError(str(exc))) from exc
+        try:  # the template section, once here rather than on every worker
+            from twinkle_agentic.template.options import check_template_options
+
+            check_template_options(self.rollout.template)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         names = [s.name for s in self.tools] + [s.name for s in self.envs]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
