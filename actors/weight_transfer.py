@@ -38,7 +38,7 @@ class FarmSyncClient:
         import ray
 
         transfer = self.transfer
-        shards = transfer.farm.engine.tensor_parallel_size
+        shards = transfer.farm.engine.world_size
         refs = [
             slot.handle.init_weight_transfer.options(concurrency_group=CONTROL_GROUP).remote(
                 {**init_info, "rank_offset": init_info["rank_offset"] + i * shards}
@@ -120,7 +120,7 @@ class WeightTransfer:
         members = [s for s in farm.slots if s.state == "ready"]
         if not members:
             raise WeightTransferError("no live worker to form a weight-transfer group with")
-        world_size = 1 + len(members) * farm.engine.tensor_parallel_size
+        world_size = 1 + len(members) * farm.engine.world_size
         self.members, self._handles = members, [s.handle for s in members]
         self.engine = WeightTransferTrainerFactory.trainer_init(
             self._init_info(world_size), client=self.client, source=self.source
