@@ -69,9 +69,15 @@ class EnginePlacement:
         return {"bundles": [dict(b) for b in self.bundles], "strategy": self.strategy}
 
     def describe(self) -> str:
+        """One line: the group's strategy and bundles (the shards' identical bundles once), or the actor's
+        resources."""
         if not self.uses_group:
-            return f"no placement group; actor {self.actor_options()}"
-        return f"placement group {self.strategy}, bundles {list(self.bundles)} (worker in bundle {WORKER_BUNDLE})"
+            return f"no placement group; the actor reserves {self.actor_options()}"
+        worker, *shards = self.bundles
+        return (
+            f"placement group {self.strategy}: bundle {WORKER_BUNDLE} {worker} (the worker), "
+            f"bundles 1-{len(shards)} {shards[0]} (one per shard)"
+        )
 
 
 def engine_placement(cfg: EngineConfig) -> EnginePlacement:

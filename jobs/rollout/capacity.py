@@ -5,7 +5,8 @@ for ``deploy_timeout_s`` / ``ready_timeout_s`` and then fail with Ray's "total r
 line. The job compares the plan's demand with the cluster before it deploys anything, so such a run
 fails in seconds with the setting to change.
 
-The demand counts every actor the job starts: each engine's worker (``num_cpus``, ``num_gpus``) and
+The demand counts every actor the job starts: each engine's worker (``num_cpus``, ``num_gpus``, or
+the bundles of its placement group when the engine spans several GPUs) and
 each Serve replica of the tool and env servers it deploys (``ray_actor_options``; Serve gives a
 replica 1 CPU unless told otherwise; an autoscaling deployment starts with ``initial_replicas``,
 else ``min_replicas``). Serve's controller and proxies, and the driver itself, reserve nothing.
@@ -76,7 +77,15 @@ def plan_demand(cfg: RolloutJobConfig, worker_options: Mapping[str, Any]) -> Dem
 
 
 def actor_resources(options: Mapping[str, Any], default_cpus: float) -> dict[str, float]:
-    """The resources Ray reserves for an actor started with ``options``."""
+    """The resources Ray reserves for an actor started with ``options``; for a multi-GPU engine's worker,
+    the bundles of its placement group (``placement_group`` in ``RolloutWorker.ray_options``)."""
+    group = options.get("placement_group")
+    if group:
+        totals: dict[str, float] = {}
+        for bundle in group["bundles"]:
+            for name, amount in bundle.items():
+                totals[str(name)] = totals.get(str(name), 0.0) + float(amount)
+        return totals
     cpus = options.get("num_cpus")
     resources = {
         "CPU": float(default_cpus if cpus is None else cpus),

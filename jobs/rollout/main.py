@@ -22,9 +22,11 @@ def dry_run(cfg: RolloutJobConfig) -> None:
     trajectories = plan(cfg)
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True).rstrip())
     print(f"# {len(trajectories)} trajectories from {cfg.prompts}")
-    print(
-        f"# {cfg.engines} engine(s), each a Ray actor with {RolloutWorker.ray_options(cfg.engine_config())}"
-    )
+    engine = cfg.engine_config()
+    options = RolloutWorker.ray_options(engine)
+    options.pop("placement_group", None)  # printed per engine below
+    print(f"# {cfg.engines} engine(s), each a Ray actor with {options}")
+    print(f"# each engine: {engine.world_size} shard(s), {engine.placement().describe()}")
     for spec in cfg.tools:
         print(
             f"# tool server {spec.name}: "
