@@ -71,6 +71,13 @@ class PreprocessConfig:
     actors: int = field(
         default=1, metadata=option("actor pool size of each model stage (steps with needs_actor)")
     )
+    max_actors: int | None = field(
+        default=None,
+        metadata=option(
+            "largest actor pool of each model stage: pools start at --actors and grow while batches wait "
+            "and the cluster has room (an autoscaling cluster adds nodes for them); default: fixed pools"
+        ),
+    )
     # Each write task gathers this many rows before it starts: the writes are the job's last step, and
     # with 200k a 200k-row input ended on one write task while the other CPUs idled.
     rows_per_file: int = field(default=100_000, metadata=option("about how many rows each output file holds"))
@@ -95,7 +102,7 @@ class PreprocessConfig:
             raise ConfigError("no output directory: pass --output DIR (or 'output:' in the config file)")
         for name in ("batch_size", "actors", "rows_per_file"):
             positive_int(getattr(self, name), name)
-        for name in ("dedup_partitions", "num_cpus", "read_concurrency"):
+        for name in ("dedup_partitions", "num_cpus", "read_concurrency", "max_actors"):
             if getattr(self, name) is not None:
                 positive_int(getattr(self, name), name)
         if self.output_format not in OUTPUT_FORMATS:

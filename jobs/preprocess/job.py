@@ -39,7 +39,7 @@ from .report import RunSummary, write_reports
 from .shared_storage import claimed_output, stale_markers
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
 from .stages import READ_POSITION, StageAdapter, StepStartError, mark_duplicates
-from .steps import ConfigError, Stage, build_step, plan_stages
+from .steps import ConfigError, Stage, build_step, plan_stages, pool_size
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,15 @@ def needs_split(sources: list[Source], cpus: int) -> bool:
 def read_tasks(sources: list[Source], cpus: int) -> int:
     """Read tasks when each reads whole files: one per file, at most READ_TASKS_PER_CPU per CPU."""
     return max(1, min(len(sources), READ_TASKS_PER_CPU * cpus))
+
+
+def actor_pool(stage: Stage, cfg: PreprocessConfig) -> Any:
+    """The Ray Data actor pool of a model stage: fixed, or autoscaling between ``actors`` and
+    ``max_actors``."""
+    import ray.data
+
+    low, high = pool_size(stage, cfg.actors, cfg.max_actors)
+    return ray.data.ActorPoolStrategy(size=low) if low == high else ray.data.ActorPoolStrategy(min_size=low, max_size=high)
 
 
 def actor_cpus(stages: list[Stage], default_actors: int, cpus: int) -> float:
@@ -280,7 +289,7 @@ def build(
             ds = ds.map_batches(
                 ActorStage,
                 fn_constructor_kwargs={"adapter": adapter},
-                compute=ray.data.ActorPoolStrategy(size=stage.actors or cfg.actors),
+                compute=actor_pool(stage, cfg),
                 num_cpus=cpus_per_actor,
                 batch_size=batch_size,
                 batch_format="pyarrow",
@@ -354,7 +363,11 @@ def plan(cfg: PreprocessConfig) -> tuple[list[Source], list[Any], list[str], lis
     sources = expand_inputs(cfg.inputs, cfg.input_format, skip=is_own_output(cfg.output))
     steps = [build_step(spec) for spec in cfg.steps]
     names = unique_names(steps)
-    return sources, steps, names, plan_stages(steps, cfg.steps)
+    stages = plan_stages(steps, cfg.steps)
+    for stage in stages:
+        if stage.kind == "actor":
+            stage.actors, stage.max_actors = pool_size(stage, cfg.actors, cfg.max_actors)
+    return sources, steps, names, stages
 
 
 def collect_stats(result: SinkResult, names: list[str]) -> list:

@@ -27,6 +27,19 @@ from twinkle_agentic.preprocessor.step_specs import (  # noqa: F401  (the job's 
 from twinkle_agentic.preprocessor.step_specs import PipelineConfigError as ConfigError  # noqa: F401
 
 
+def pool_size(stage: Stage, actors: int, max_actors: int | None) -> tuple[int, int]:
+    """``(min, max)`` actors of a model stage's pool: its own options, else the job's; equal for a
+    fixed-size pool. Refuses a maximum below the minimum."""
+    low = stage.actors or actors
+    high = stage.max_actors or max_actors or low
+    if high < low:
+        raise ConfigError(
+            f"max_actors={high} is below actors={low} for the stage {stage.kind} of steps {stage.positions}; "
+            "set max_actors >= actors (or leave it unset for a fixed pool)"
+        )
+    return low, high
+
+
 @dataclass
 class Stage:
     """One Ray Data stage: ``map`` (task pool), ``actor`` (actor pool), ``dedup`` (shuffle) or
@@ -38,6 +51,7 @@ class Stage:
     # For map/actor stages: the DedupFilter that follows, whose keys this stage computes.
     dedup_next: Any = None
     actors: int | None = None
+    max_actors: int | None = None
     batch_size: int | None = None
 
     def describe(self, names: list[str]) -> str:
@@ -49,6 +63,8 @@ class Stage:
             "near": "near-dedup exchange (bands, verify, mark)",
         }[self.kind]
         extra = " + dedup keys" if self.dedup_next is not None else ""
+        if self.kind == "actor" and self.actors:
+            extra += f" ({self.actors} actors)" if self.max_actors in (None, self.actors) else f" ({self.actors}-{self.max_actors} actors)"
         return f"{label}: {' -> '.join(parts) or '(nothing)'}{extra}"
 
 
@@ -70,7 +86,11 @@ def plan_stages(steps: list[Any], specs: list[StepSpec] | None = None) -> list[S
             stages[-1].dedup_next = step
             stages.append(Stage("dedup", [position]))
         elif needs_actor(step):
-            stages.append(Stage("actor", [position], actors=spec.actors, batch_size=spec.batch_size))
+            stages.append(
+                Stage(
+                    "actor", [position], actors=spec.actors, max_actors=spec.max_actors, batch_size=spec.batch_size
+                )
+            )
         else:
             last = stages[-1] if stages else None
             if last is None or last.kind != "map" or last.dedup_next is not None:

@@ -6,7 +6,8 @@ A step entry (the ``steps:`` list of a pipeline config) is one of
 - ``{HardFilter: {min_user_chars: 10}}`` - with keyword arguments;
 - ``{"my_pkg.steps:MyFilter": {...}}`` - any importable callable step (``module:attribute``);
 - any of these plus the job's stage options beside the name: ``{PIIPresidioFilter: {...}, actors: 2,
-  batch_size: 64}``.
+  max_actors: 8, batch_size: 64}`` (a model step's actor pool starts at ``actors`` and, with
+  ``max_actors``, grows while work is queued and the cluster has room).
 
 Keyword arguments are checked against the step's annotated parameters before anything runs, so
 ``min_user_chars: 10k`` is refused here, not in the first batch on a cluster. Both the one-process
@@ -26,7 +27,7 @@ from twinkle_agentic.loading import load_object, load_yaml
 
 DEFAULT_PIPELINE = "default_pipeline.yaml"
 
-STAGE_OPTIONS = ("actors", "batch_size")
+STAGE_OPTIONS = ("actors", "max_actors", "batch_size")
 # Exports of twinkle_agentic.preprocessor that are not steps.
 NOT_STEPS = ("Filter", "Mapper", "PipelineRun", "StepStats", "merge_log_shards", "run_pipeline")
 
@@ -41,6 +42,7 @@ class StepSpec:
     name: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     actors: int | None = None
+    max_actors: int | None = None
     batch_size: int | None = None
 
     def to_config(self) -> Any:
