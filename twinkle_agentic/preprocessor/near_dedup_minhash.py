@@ -4,7 +4,9 @@ Permutation ``i`` maps a shingle's 64-bit hash ``x`` to the high 32 bits of ``a_
 2^64 (multiply-shift hashing, ``a_i`` odd): no division, so a row's whole signature is a few numpy
 operations, and unsigned 64-bit arithmetic wraps the same on every machine, so signatures are
 reproducible. Two sets agree on one MinHash value with probability close to their Jaccard
-similarity.
+similarity. Written on numpy rather than a MinHash library (datasketch): the job's tasks and the
+one-process filter must compute bit-identical band keys from this module alone, and numpy is
+already a dependency.
 """
 
 from __future__ import annotations
