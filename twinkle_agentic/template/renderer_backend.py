@@ -206,6 +206,8 @@ class RendererBackend:
             ids = ids[: sampled[-1] + 1]
         if not self.ends_turn(input_ids) and self.ends_turn(ids):
             ids = ids[:-1]
+        elif self.ends_turn(input_ids) and not self.ends_turn(ids):  # a close the next message renders (GLM's <|user|>)
+            ids = [*ids, int(input_ids[-1])]
         return ids
 
 
