@@ -2,8 +2,11 @@
 
 Sharding is dynamic: the trajectories are cut into batches of ``batch_size`` in input order, and
 each ready worker holds up to ``inflight_per_worker`` of them (one running, the next queued inside
-the actor so the engine never waits for a round trip). Whenever a batch finishes (``ray.wait``), its
-trajectories are yielded at once and that worker gets the next batch, so fast workers take more.
+the actor so the engine never waits for a round trip). Whenever batches finish (``ray.wait``), their
+trajectories are yielded at once and those workers get the next batches, so fast workers take more.
+The input is read lazily, only as far as it takes to keep every worker supplied, so the driver's
+memory does not grow with the number of prompts, and each wait collects every batch that has
+finished, so the driver's work per result does not grow with the number in flight.
 
 When a worker dies (its process is killed, its node goes away, its engine breaks, or a batch
 exceeds ``batch_timeout_s``), every batch it held that had not come back goes to the front of the
@@ -27,6 +30,7 @@ worker started afterwards takes work once the next broadcast reaches it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
@@ -378,12 +382,18 @@ class RolloutFarm:
     def run(self, trajectories: Iterable[Trajectory]) -> Iterator[FarmBatch]:
         """Roll out every trajectory; yields batches as they finish (in completion order).
 
-        Each trajectory needs a unique ``trajectory_id``. Call ``start()`` first (``run`` starts the
-        workers itself if it was not called).
+        ``trajectories`` may be any iterable, e.g. a generator over a large file: it is read lazily,
+        only as far as it takes to keep every worker's ``inflight_per_worker`` batches supplied plus
+        one spare batch per worker. Each trajectory needs a ``trajectory_id`` that no other trajectory
+        the farm holds (queued or in flight) has; ids of trajectories already yielded are not
+        remembered. A bad trajectory raises when it is read: before any worker starts if it is in
+        the first window, otherwise from the loop reading ``run``. Call ``start()`` first (``run``
+        starts the workers itself if it was not called).
         """
-        items = list(trajectories)
-        _check_ids(items)
-        if not items:
+        feed = _Feed(trajectories, self.options.batch_size)
+        queue: deque[Batch] = deque()
+        feed.fill(queue, self._window())
+        if not queue:
             return
         if all(slot.handle is None for slot in self.slots):
             self.start()
@@ -392,10 +402,8 @@ class RolloutFarm:
                 slot.abandoned = False
                 self._kill(slot)
                 self._launch(slot)
-        size = self.options.batch_size
-        queue: deque[Batch] = deque(Batch(items[i : i + size]) for i in range(0, len(items), size))
         try:
-            yield from self._drive(queue)
+            yield from self._drive(queue, feed)
         finally:
             self._out.clear()
             for slot in self.slots:  # the caller stopped early: forget this run's batches
@@ -404,13 +412,22 @@ class RolloutFarm:
                         self._owner.pop(ref, None)
                     slot.inflight, slot.exclusive, slot.abandoned = {}, False, True
 
-    def _drive(self, queue: deque[Batch]) -> Iterator[FarmBatch]:
-        while queue or self._owner or self._out:
+    def _window(self) -> int:
+        """How many batches the queue should hold: enough to give every worker ``inflight_per_worker``
+        (less what is in flight), and one spare per worker."""
+        slots = len(self.slots)
+        return max(0, slots * self.options.inflight_per_worker - len(self._owner)) + slots
+
+    def _drive(self, queue: deque[Batch], feed: _Feed) -> Iterator[FarmBatch]:
+        while True:
             while self._out:
-                yield self._out.popleft()
+                finished = self._out.popleft()
+                feed.release(finished.trajectories)
+                yield finished
             for slot in self.slots:
                 if slot.state == "lost" and not slot.inflight:  # everything it held has come back or failed
                     self._replace(slot, slot.errors.pop())
+            feed.fill(queue, self._window())
             if not queue and not any(slot.inflight for slot in self.slots):
                 break
             if not any(slot.state != "retired" for slot in self.slots):
@@ -418,11 +435,7 @@ class RolloutFarm:
                     self._give_up(queue.popleft(), "no rollout worker is left (every slot used its restarts)")
                 continue
             self._dispatch(queue)
-            result = self._step(queue)
-            if result is not None:
-                yield result
-        while self._out:
-            yield self._out.popleft()
+            self._step(queue)
 
     def _dispatch(self, queue: deque[Batch]) -> None:
         """Hand out batches round-robin until every ready worker holds ``inflight_per_worker``; a suspect
@@ -463,23 +476,30 @@ class RolloutFarm:
             self._warned_stale = True
         return ready
 
-    def _step(self, queue: deque[Batch]) -> FarmBatch | None:
-        """Wait for the next event (a batch, a worker ready, or a deadline) and handle it."""
+    def _step(self, queue: deque[Batch]) -> None:
+        """Handle every event that has happened (batches back, workers ready), waiting for the next one
+        (or a deadline) only when there is none; finished batches go to ``self._out``."""
         import ray
 
         if not self._owner:
-            return None
-        timeout = self._next_deadline()
-        done, _ = ray.wait(list(self._owner), num_returns=1, timeout=timeout)
+            return
+        refs = list(self._owner)
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)  # all that are ready, in one call
         if not done:
-            self._expire(queue)
-            return None
-        ref = done[0]
-        slot = self._owner[ref]
-        if ref == slot.ready_ref:
-            self._on_ready(slot, ref)
-            return None
-        return self._on_result(slot, ref, queue)
+            done, _ = ray.wait(refs, num_returns=1, timeout=self._next_deadline())
+            if not done:
+                self._expire(queue)
+                return
+        for ref in done:
+            slot = self._owner.get(ref)
+            if slot is None:  # a worker lost while handling an earlier ref settled this one
+                continue
+            if ref == slot.ready_ref:
+                self._on_ready(slot, ref)
+                continue
+            result = self._on_result(slot, ref, queue)
+            if result is not None:
+                self._out.append(result)
 
     def _on_result(self, slot: WorkerSlot, ref: Any, queue: deque[Batch]) -> FarmBatch | None:
         import ray
@@ -600,17 +620,45 @@ class RolloutFarm:
                 self._lose(slot, slot.inflight.pop(overdue[0]), f"exceeded batch_timeout_s={limit:g}", queue, culprit=True)
 
 
-def _check_ids(items: list[Trajectory]) -> None:
-    seen: set[Any] = set()
-    for index, trajectory in enumerate(items):
+class _Feed:
+    """A run's input, cut into batches as the queue needs them; ids are checked against the trajectories
+    the farm holds (read and not yet yielded), so the check, like the rest, does not grow with the run."""
+
+    def __init__(self, trajectories: Iterable[Trajectory], batch_size: int):
+        self._items = iter(trajectories)
+        self._size = batch_size
+        self._read = 0
+        self._held: set[Any] = set()
+        self.exhausted = False
+
+    def fill(self, queue: deque[Batch], target: int) -> None:
+        """Append batches until ``queue`` holds ``target`` or the input ends."""
+        while not self.exhausted and len(queue) < target:
+            batch = list(itertools.islice(self._items, self._size))
+            self.exhausted = len(batch) < self._size
+            for trajectory in batch:
+                self._admit(trajectory)
+            if batch:
+                queue.append(Batch(batch))
+
+    def release(self, trajectories: list[Trajectory]) -> None:
+        """These came back: their ids may be used again."""
+        for trajectory in trajectories:
+            self._held.discard(trajectory.get(ID_KEY))
+
+    def _admit(self, trajectory: Any) -> None:
+        index = self._read
+        self._read += 1
         if not isinstance(trajectory, dict):
             raise TypeError(f"trajectory {index} must be a dict, got {type(trajectory).__name__}")
         tid = trajectory.get(ID_KEY)
         if tid is None:
             raise FarmConfigError(f"trajectory {index} has no {ID_KEY!r}; the farm tracks every trajectory by it")
-        if tid in seen:
-            raise FarmConfigError(f"{ID_KEY} {tid!r} appears twice; ids must be unique within a run")
-        seen.add(tid)
+        if tid in self._held:
+            raise FarmConfigError(
+                f"{ID_KEY} {tid!r} appears twice among the trajectories the farm holds; ids must be unique within a run"
+            )
+        self._held.add(tid)
 
 
 def _cause_name(exc: BaseException) -> str:

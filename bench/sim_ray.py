@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import operator
 import sys
 import time
 import types
@@ -37,6 +38,9 @@ class RayActorError(Exception):
 
 class GetTimeoutError(TimeoutError):
     """``get`` with a timeout found the result not ready."""
+
+
+_is_done = operator.attrgetter("done")
 
 
 class SimRef:
@@ -173,8 +177,9 @@ class SimRay:
             deadline = None if timeout is None else self.now + timeout
             while True:
                 self._settle()
-                done = [r for r in refs if r.done]
-                if len(done) >= num_returns or (deadline is not None and self.now >= deadline):
+                flags = list(map(_is_done, refs))
+                ready = flags.count(True)
+                if ready >= num_returns or (deadline is not None and self.now >= deadline):
                     break
                 if not self._heap:
                     if deadline is None:
@@ -182,9 +187,11 @@ class SimRay:
                     self.now = deadline
                     break
                 self._jump(deadline)
-            done = done[:num_returns]
-            chosen = set(map(id, done))
-            return done, [r for r in refs if id(r) not in chosen]
+            done = list(itertools.compress(refs, flags))
+            if ready <= num_returns:
+                return done, list(itertools.compress(refs, map(operator.not_, flags)))
+            chosen = set(done[:num_returns])
+            return done[:num_returns], [r for r in refs if r not in chosen]
 
     def get(self, ref: SimRef, *, timeout: float | None = None) -> Any:
         with self._inside():
