@@ -38,6 +38,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from twinkle_agentic import metrics
 from twinkle_agentic.data_format import Trajectory
 
 from .activity import Activity
@@ -204,6 +205,7 @@ class RolloutFarm:
             return
         slot.restarts += 1
         self.restarts += 1
+        metrics.record_restart()
         logger.warning("worker %d: %s; starting a replacement (restart %d)", slot.index, reason, slot.restarts)
         self._launch(slot)
 
@@ -278,7 +280,9 @@ class RolloutFarm:
         on_update = check_on_update(on_update or self.options.on_update)
         new_version = next_version(self.policy_version, version)
         if isinstance(weights, WeightTransfer):
-            return weights.send(new_version, on_update)
+            weights.send(new_version, on_update)
+            metrics.record_update(self.last_update.wall_s, new_version, path="transfer")
+            return new_version
         update = prepare_update(weights, self._checkpoint_shapes())
         report = FarmUpdate(new_version, update.tensors, update.nbytes, prepare_s=watch.lap(), put_s=0.0)
         ref = ray.put(update)
@@ -289,6 +293,7 @@ class RolloutFarm:
         calls = self._submit_update(ref, new_version, on_update, self._behind(new_version))
         self._collect_update(calls, report)
         report.wall_s = watch.lap() + report.prepare_s + report.put_s
+        metrics.record_update(report.wall_s, new_version, path="payload")
         return new_version
 
     def open_weight_transfer(self, source: Any, **options: Any) -> Any:
@@ -453,6 +458,8 @@ class RolloutFarm:
                 batch = queue[index]
                 del queue[index]
                 batch.dispatches += 1
+                if batch.dispatches == 1:
+                    metrics.record_started(len(batch.trajectories))
                 slot.exclusive = batch.suspect
                 ref = slot.handle.run_batch.remote(batch.trajectories)
                 slot.inflight[ref] = (batch, time.monotonic())
@@ -525,6 +532,7 @@ class RolloutFarm:
         for trajectory in result.trajectories:
             trajectory["worker"] = slot.index
             trajectory["attempts"] = batch.dispatches
+        metrics.record_batch(result.trajectories, result.activity, result.generated_tokens, source="worker")
         return FarmBatch(result.trajectories, result.activity, result.generated_tokens, slot.index, batch.dispatches)
 
     def _lose(
@@ -596,6 +604,7 @@ class RolloutFarm:
             out = error_trajectory(trajectory, f"RolloutFarmError: {reason}")
             out.update(worker=None, attempts=batch.dispatches)
             failed.append(out)
+        metrics.record_batch(failed, Activity(), 0, source="farm")
         self._out.append(FarmBatch(failed, Activity(), 0, None, batch.dispatches))
 
     # -- deadlines -------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from ray.exceptions import UserCodeException
 
 from twinkle_agentic.io.inputs import LINE_BITS, MAX_LINE, row_order
 from twinkle_agentic.io.records import READ_STEP, dumps, parse_read
+from twinkle_agentic.metrics import record_step
 from twinkle_agentic.preprocessor.batch import gc_paused, to_rows
 from twinkle_agentic.preprocessor.dedup import DUPLICATE
 from twinkle_agentic.preprocessor.dropped_log import REASON_KEY, UNKNOWN_REASON
@@ -126,6 +127,10 @@ class StepBrokeContract(StepContractError, UserCodeException):
 
 
 def stats_record(position: int, stats: StepStats) -> dict:
+    """One step's statistics on one batch, as the sink sums them; also counted in the job's metrics
+    (``twinkle_agentic.metrics``) here, in the task, so they follow the run's progress."""
+    read = stats.before if position == READ_POSITION else 0
+    record_step(stats.step, stats.after, stats.reasons, read=read)
     return {"position": position, **stats.to_dict()}
 
 
