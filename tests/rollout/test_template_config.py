@@ -50,3 +50,10 @@ def test_an_unknown_tool_parser_lists_vllms():
     with pytest.raises(ValueError, match=r"tool_call_parser 'nope' is unknown; registered: \[.*'hermes'.*\], vLLM's: .*llama3_json"):
         check_template_options({"tool_call_parser": "nope"})
     check_template_options({"renderer": None, "tool_call_parser": "llama3_json"})
+
+
+def test_a_parser_named_by_import_path():
+    spec = "twinkle_agentic.template.parsers:HermesToolCallParser"
+    validate({"renderer": None, "tool_call_parser": spec})
+    with pytest.raises(ConfigError, match="cannot import module 'no_such_pkg.parsers'"):
+        validate({"renderer": None, "tool_call_parser": "no_such_pkg.parsers:Mine"})

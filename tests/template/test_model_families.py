@@ -216,3 +216,13 @@ def test_a_template_that_tojsons_arguments_gets_dict_arguments(tiny_template):
     assert template.render([*USER, {**turn.message, "tool_calls": turn.tool_calls}]).endswith(text + "<|im_end|>\n")
     plain = tiny_template.parse_turn(tiny_template.encode_text(text))  # the tiny model's template prints strings
     assert plain.tool_calls[0]["function"]["arguments"] == json.dumps({"city": "Paris"})
+
+
+def test_a_parser_class_named_by_import_path(tiny_template):
+    template = Template(
+        tokenizer=tiny_template.tokenizer, renderer=None, tool_call_parser="twinkle_agentic.template.parsers:HermesToolCallParser"
+    )
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert template.parse_turn(template.encode_text(text)).tool_calls == tiny_template.parse_turn(tiny_template.encode_text(text)).tool_calls
+    with pytest.raises(ValueError, match="lacks parse"):
+        Template(tokenizer=tiny_template.tokenizer, renderer=None, tool_call_parser="collections:OrderedDict")

@@ -102,6 +102,12 @@ def _check_parser(value: Any) -> None:
 
     if value in registered_parser_names():
         return
+    if ":" in value:  # an import path: the class or factory must load
+        from twinkle_agentic.loading import load_object
+
+        if not callable(load_object(value, what="template.tool_call_parser")):
+            raise ValueError(f"template.tool_call_parser {value!r} is not a class or factory of parsers")
+        return
     names = vllm_parser_names()
     if value not in names:
         raise ValueError(

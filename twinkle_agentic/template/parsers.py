@@ -2,7 +2,8 @@
 
 A parser is registered by name (``register_tool_call_parser``) so a ``Template`` can be configured
 with a string; a name registered nowhere here is looked up among vLLM's tool parsers
-(``vllm.tool_parsers``: ``llama3_json``, ``mistral``, ``deepseek_v3``, ...; see ``vllm_parsers.py``). ``clean`` removes exactly the blocks ``parse`` turned into calls: a malformed block
+(``vllm.tool_parsers``: ``llama3_json``, ``mistral``, ``deepseek_v3``, ...; see ``vllm_parsers.py``),
+and ``"package.module:Name"`` imports a parser class or factory (so a config file can name one). ``clean`` removes exactly the blocks ``parse`` turned into calls: a malformed block
 stays in the assistant's content, so re-rendering the message reproduces what the model generated
 and nothing it said is silently lost.
 """
@@ -93,6 +94,8 @@ def get_tool_call_parser(parser: str | ToolCallParser, tokenizer: Any = None) ->
     factory = _PARSERS.get(parser)
     if factory is not None:
         return factory()
+    if ":" in parser:  # "package.module:Name" from a config file: a parser class or factory
+        return _imported_parser(parser, tokenizer)
     from .vllm_parsers import VLLMToolCallParser, vllm_parser_names
 
     names = vllm_parser_names()
@@ -103,6 +106,21 @@ def get_tool_call_parser(parser: str | ToolCallParser, tokenizer: Any = None) ->
         + (f"; vLLM's: {sorted(names)}" if names else " (vLLM's tool parsers need vllm installed)")
         + " (add one with register_tool_call_parser)"
     )
+
+
+def _imported_parser(spec: str, tokenizer: Any) -> ToolCallParser:
+    from twinkle_agentic.loading import load_object
+
+    factory = load_object(spec, what="tool_call_parser")
+    if not callable(factory):
+        raise ValueError(f"tool_call_parser {spec!r} is not a class or factory of parsers")
+    try:
+        parser = factory()
+    except TypeError:  # a factory that takes the tokenizer
+        parser = factory(tokenizer)
+    if not (hasattr(parser, "parse") and hasattr(parser, "clean")):
+        raise ValueError(f"tool_call_parser {spec!r} built a {type(parser).__name__}, which lacks parse() and clean()")
+    return parser
 
 
 def registered_parser_names() -> list[str]:
