@@ -264,7 +264,12 @@ class RolloutSpec:
         metadata={"help": "skip re-rendering each trajectory to measure token_drift", "negate": "--no-verify-tokens"},
     )
     template: dict[str, Any] = field(
-        default_factory=dict, metadata={"help": "Template options (tool_call_parser, chat_template, max_length)", "cli": False}
+        default_factory=dict, metadata={
+            "help": "Template options: renderer (auto or a family), chat_template (text or a file), "
+            "chat_template_kwargs (e.g. enable_thinking), tool_call_parser (hermes, a vLLM parser or module:Name), "
+            "max_length, truncation_strategy, end_of_turn, turn_suffix, trust_remote_code (docs/model_families.md)",
+            "cli": False,
+        }
     )
     mode_options: dict[str, Any] = field(
         default_factory=dict,

@@ -110,12 +110,29 @@ def flag_settings(config_class: type) -> list[tuple[str, dataclasses.Field, Any]
     return out
 
 
+def yaml_only_help(config_class: type) -> str:
+    """The settings of ``config_class``'s tree that have no flag (mappings, lists, YAML-only fields),
+    with their help: the epilog of a job's ``--help``."""
+    flagged = {path for path, _, _ in flag_settings(config_class)}
+    lines = [
+        f"  {path}: {f.metadata.get('help') or hint}"
+        for path, f, hint in walk(config_class)
+        if path not in flagged and not f.metadata.get("passthrough") and not f.metadata.get("section")
+    ]
+    return "settings set in the YAML only (--config):\n" + "\n".join(lines) if lines else ""
+
+
 def add_field_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
-    """One flag per setting of ``config_class`` (its sections included) that is not YAML only."""
+    """One flag per setting of ``config_class`` (its sections included) that is not YAML only; the
+    others are listed in the parser's epilog."""
     if isinstance(parser, ConfigArgumentParser):
         parser.passthrough = tuple(
             path.rpartition(".")[0] for path, f, _ in walk(config_class) if f.metadata.get("passthrough")
         )
+    epilog = yaml_only_help(config_class)
+    if epilog:
+        parser.epilog = epilog
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
     for path, f, hint in flag_settings(config_class):
         meta = {k: v for k, v in f.metadata.items() if k not in ("cli", "section", "config")}
         nested = "." in path

@@ -35,7 +35,14 @@ class PreprocessConfig:
         ),
     )
     output: str = field(default="", metadata=option("output directory (local path or URI)", metavar="DIR"))
-    steps: list[StepSpec] = field(default_factory=list, metadata={"cli": False})
+    steps: list[StepSpec] = field(
+        default_factory=list,
+        metadata={
+            "cli": False,
+            "help": "pipeline steps in order: a name, {Name: {kwargs}} or 'module:Class', with actors, max_actors "
+            "and batch_size beside a model step (default: jobs/configs/default_pipeline.yaml)",
+        },
+    )
     input_format: str | None = field(
         default=None,
         metadata=option("force the input format instead of guessing from file names", choices=FORMATS),
