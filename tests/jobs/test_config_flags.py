@@ -112,3 +112,15 @@ def test_the_tree_builds_from_a_mapping_merged_over_defaults_and_dumps_back():
     ):
         with pytest.raises(ConfigError, match=message):
             build(Tree, data, "config", ConfigError)
+
+
+def test_help_lists_the_settings_only_the_yaml_sets():
+    from twinkle_agentic.jobs.preprocess.config import build_parser as preprocess_parser
+    from twinkle_agentic.jobs.rollout.config import build_parser as rollout_parser
+
+    rollout = rollout_parser().format_help()
+    assert "settings set in the YAML only (--config):" in rollout
+    assert "  template: Template options: renderer (auto or a family)" in rollout
+    assert "  rewards: " in rollout and "  engine.resources: " in rollout
+    assert "--template" not in rollout  # a mapping: no flag
+    assert "  steps: pipeline steps in order" in preprocess_parser().format_help()
