@@ -389,7 +389,7 @@ class RolloutFarm:
 
         ``trajectories`` may be any iterable, e.g. a generator over a large file: it is read lazily,
         only as far as it takes to keep every worker's ``inflight_per_worker`` batches supplied plus
-        one spare batch per worker. Each trajectory needs a ``trajectory_id`` that no other trajectory
+        one spare batch. Each trajectory needs a ``trajectory_id`` that no other trajectory
         the farm holds (queued or in flight) has; ids of trajectories already yielded are not
         remembered. A bad trajectory raises when it is read: before any worker starts if it is in
         the first window, otherwise from the loop reading ``run``. Call ``start()`` first (``run``
@@ -419,9 +419,9 @@ class RolloutFarm:
 
     def _window(self) -> int:
         """How many batches the queue should hold: enough to give every worker ``inflight_per_worker``
-        (less what is in flight), and one spare per worker."""
-        slots = len(self.slots)
-        return max(0, slots * self.options.inflight_per_worker - len(self._owner)) + slots
+        (less what is in flight), and one spare. The queue is topped up before every hand-out, so the
+        input is read no further ahead than that."""
+        return max(0, len(self.slots) * self.options.inflight_per_worker - len(self._owner)) + 1
 
     def _drive(self, queue: deque[Batch], feed: _Feed) -> Iterator[FarmBatch]:
         while True:

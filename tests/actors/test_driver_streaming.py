@@ -28,7 +28,7 @@ def test_the_input_is_read_only_as_far_as_the_workers_need():
 
     with SimRay().install():
         f = farm()
-        window = (4 * 2 + 4) * 4  # every worker's inflight batches and one spare each, of 4 trajectories
+        window = (4 * 2 + 1) * 4  # every worker's inflight batches and one spare, of 4 trajectories
         most_ahead = 0
         back = 0
         for finished in f.run(counted(10_000)):
