@@ -1,8 +1,12 @@
 """``twinkle_agentic.metrics``: checked calls without Ray, and both jobs' metrics on a real local Ray
 cluster's metrics endpoint (Prometheus text), scraped until the periodic export shows them.
 
-Counters are cumulative over the test session's cluster, so the integration test compares the change
-since a scrape taken before it ran with what the runs themselves report (stats.json, the farm's batches).
+Counters are cumulative over the test session's cluster, and a process exports what it recorded a few
+seconds later, so earlier tests' counts can still arrive while this one runs. The integration test
+therefore compares exactly only what nothing else records: the driver's (the farm's) counts, against
+a baseline taken once a marker the driver set has been exported, and the counts of a step of its own,
+tagged with a reason unique to the run. The shared preprocess series must have grown at least as
+much as stats.json says.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import re
 import sys
 import time
 import urllib.request
+import uuid
 from collections import Counter, defaultdict
 
 import pytest
@@ -19,6 +24,7 @@ import yaml
 from twinkle_agentic.actors.activity import Activity, ToolCallTiming
 
 from twinkle_agentic import metrics
+from twinkle_agentic.preprocessor.base import Filter
 
 # -- without Ray ----------------------------------------------------------------------------------------
 
@@ -119,6 +125,30 @@ def bucket(value: float, bounds: tuple[float, ...]) -> tuple[float, float]:
     return next((low, high) for low, high in zip(edges, edges[1:], strict=False) if value <= high)
 
 
+class MetricsProbe(Filter):
+    """Drops rows with an odd ``id`` under the reason it is given (a step only this test runs)."""
+
+    def __init__(self, reason: str):
+        self.drop_as = reason
+
+    def reason(self, row: dict) -> str | None:
+        return self.drop_as if isinstance(row.get("id"), int) and row["id"] % 2 else None
+
+
+def exported_baseline(url: str) -> dict:
+    """A scrape taken once everything this process recorded before has been exported: the driver
+    exports all its metrics together, so a gauge set to a fresh value marks the point."""
+    marker = -float(uuid.uuid4().int % 1_000_000 + 1)
+    metrics.record("twinkle_rollout_policy_version", marker)
+    deadline = time.monotonic() + 45
+    while True:
+        seen = scrape(url)
+        if seen.get(key("twinkle_rollout_policy_version")) == marker:
+            return seen
+        assert time.monotonic() < deadline, "the driver's metrics were not exported within 45 s"
+        time.sleep(0.5)
+
+
 def key(name: str, **tags: str) -> tuple[str, frozenset]:
     return name, frozenset(tags.items())
 
@@ -133,20 +163,28 @@ def test_both_jobs_metrics_reach_the_ray_metrics_endpoint(ray_local, chat_inputs
     from twinkle_agentic.demo.tools import demo_tools
 
     url = metrics_url()
-    before = scrape(url)
+    before = exported_baseline(url)
+    probe = f"probe_{uuid.uuid4().hex[:8]}"
 
     # the preprocess job, through its CLI
     config = tmp_path / "pipeline.yaml"
-    config.write_text(yaml.safe_dump({"steps": ["HardFilter", "DedupFilter"]}))
+    config.write_text(yaml.safe_dump(
+        {"steps": ["HardFilter", {"tests.test_metrics:MetricsProbe": {"reason": probe}}, "DedupFilter"]}
+    ))
     out = tmp_path / "out"
     assert main(["--input", str(chat_inputs / "*.jsonl*"), "--output", str(out), "--config", str(config), "--no-progress"]) == 0
     stats = json.loads((out / "stats.json").read_text())
-    expected = {key("twinkle_preprocess_rows_read_total"): stats["rows_read"]}
+    at_least = {key("twinkle_preprocess_rows_read_total"): stats["rows_read"]}
     for step in stats["steps"]:
-        expected[key("twinkle_preprocess_rows_kept_total", step=step["step"])] = step["after"]
+        at_least[key("twinkle_preprocess_rows_kept_total", step=step["step"])] = step["after"]
         for reason, n in step["reasons"].items():
-            expected[key("twinkle_preprocess_rows_dropped_total", step=step["step"], reason=reason)] = n
-    assert stats["dropped"] > 0 and len(expected) >= 5  # drops of read, HardFilter and DedupFilter
+            at_least[key("twinkle_preprocess_rows_dropped_total", step=step["step"], reason=reason)] = n
+    (probed,) = [s for s in stats["steps"] if s["step"] == "MetricsProbe"]
+    assert probed["reasons"][probe] > 0 and probed["after"] > 0 and len(at_least) >= 6
+    expected = {
+        key("twinkle_preprocess_rows_kept_total", step="MetricsProbe"): probed["after"],
+        key("twinkle_preprocess_rows_dropped_total", step="MetricsProbe", reason=probe): probed["reasons"][probe],
+    }
 
     # the farm: a worker's own failure (t1), a tool call (t2), a worker death that gives up t4 and t5
     farm = RolloutFarm(
@@ -189,16 +227,18 @@ def test_both_jobs_metrics_reach_the_ray_metrics_endpoint(ray_local, chat_inputs
 
     def changes() -> dict:
         now = scrape(url)
-        return {k: now.get(k, 0.0) - before.get(k, 0.0) for k in (*expected, *seconds)} | {
+        return {k: now.get(k, 0.0) - before.get(k, 0.0) for k in (*at_least, *expected, *seconds)} | {
             "version": now.get(key(prefix + "policy_version"))
         }
 
     deadline = time.monotonic() + 45  # Ray exports every few seconds
     seen = changes()
-    while any(seen[k] < v for k, v in expected.items()) or seen["version"] != 3:
+    wanted = {**at_least, **expected}
+    while any(seen[k] < v for k, v in wanted.items()) or seen["version"] != 3:
         assert time.monotonic() < deadline, f"metrics not exported in time: {seen} (expected {expected})"
         time.sleep(1)
         seen = changes()
     assert {k: seen[k] for k in expected} == expected
+    assert all(seen[k] >= v for k, v in at_least.items())
     for k, (low, high) in seconds.items():
         assert low * (1 - 1e-6) <= seen[k] <= high * (1 + 1e-6), (k, seen[k], low, high)
