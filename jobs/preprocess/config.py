@@ -85,6 +85,13 @@ class PreprocessConfig:
             "and the cluster has room (an autoscaling cluster adds nodes for them); default: fixed pools"
         ),
     )
+    lineage: bool = field(
+        default=False,
+        metadata=option(
+            'write each kept JSON Lines row as {"source": input file, "line": its line or record '
+            'number, "row": the row} (the drop ledger\'s layout; Parquet output always has these columns)'
+        ),
+    )
     # Each write task gathers this many rows before it starts: the writes are the job's last step, and
     # with 200k a 200k-row input ended on one write task while the other CPUs idled.
     rows_per_file: int = field(default=100_000, metadata=option("about how many rows each output file holds"))

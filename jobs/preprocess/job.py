@@ -33,6 +33,7 @@ from twinkle_agentic.preprocessor.pipeline import unique_names
 
 from .config import PreprocessConfig
 from .frame import DPART, PART_SPACE
+from .input_digests import gather_digests, start_digests
 from .near_exchange import near_exchange
 from .ray_tuning import short_run_scheduling
 from .report import RunSummary, write_reports
@@ -207,14 +208,14 @@ def input_blocks(sources: list[Source], block_bytes: int | None) -> int:
     return -(-estimated_total(sources) // (block_bytes or DEFAULT_TARGET_MAX_BLOCK_SIZE))
 
 
-def stage_adapter(stage: Stage, steps: list[Any], names: list[str], sources: list[Source]) -> StageAdapter:
+def stage_adapter(stage: Stage, steps: list[Any], names: list[str], uris: list[str]) -> StageAdapter:
     return StageAdapter(
         [steps[p] for p in stage.positions],
         stage.positions,
         [names[p] for p in stage.positions],
         parse=stage.parse,
         dedup=stage.dedup_next,
-        uris=[s.uri for s in sources],
+        uris=uris,
     )
 
 
@@ -252,7 +253,7 @@ def build(
         fused = RecordDatasource(
             sources,
             first_batch,
-            transform=stage_adapter(stages[0], steps, names, sources),
+            transform=stage_adapter(stages[0], steps, names, [s.uri for s in sources]),
             unreadable=unreadable,
             ledger=ledger,
         )
@@ -264,11 +265,26 @@ def build(
             num_cpus=READ_TASK_CPUS,
         )
         stages = stages[1:]
+    return add_stages(ds, steps, names, stages, cfg, partitions, cpus_per_actor, [s.uri for s in sources])
+
+
+def add_stages(
+    ds: Any,
+    steps: list[Any],
+    names: list[str],
+    stages: list[Stage],
+    cfg: PreprocessConfig,
+    partitions: int,
+    cpus_per_actor: float,
+    uris: list[str],
+) -> Any:
+    """``stages`` on top of ``ds`` (raw records for a stage that parses, else frames), each as the
+    Ray Data operation of its kind: what the CLI runs after its read, and :func:`.dataset_api.
+    process_dataset` after a user's dataset. ``uris`` names each ``_src`` (in errors, the ledger)."""
     for stage in stages:
         if stage.kind == "near":
             (position,) = stage.positions
             bounds = partition_bounds(partitions)
-            uris = [s.uri for s in sources]
             ds = near_exchange(ds, steps[position], names[position], position, bounds, uris, cfg.batch_size)
             continue
         if stage.kind == "dedup":
@@ -283,7 +299,7 @@ def build(
                 batch_format="pyarrow",
             )
             continue
-        adapter = stage_adapter(stage, steps, names, sources)
+        adapter = stage_adapter(stage, steps, names, uris)
         batch_size = stage.batch_size or cfg.batch_size
         if stage.kind == "actor":
             ds = ds.map_batches(
@@ -413,9 +429,9 @@ def execute(
     names: list[str],
     stages: list[Stage],
     run_id: str,
-) -> tuple[str, SinkResult, float]:
+) -> tuple[str, SinkResult, float, list[dict]]:
     """Connect to Ray and run the dataset into the sink: (cluster description, what the sink
-    counted, seconds of the data work)."""
+    counted, seconds of the data work, each input's size and checksum)."""
     import ray.data
 
     from .read import estimated_total
@@ -436,6 +452,7 @@ def execute(
     )
 
     start = time.perf_counter()
+    digests = start_digests(sources, cpus)
     strategy = exchange_strategy(
         context.shuffle_strategy, input_blocks(sources, context.target_max_block_size)
     )
@@ -452,10 +469,13 @@ def execute(
         raise_original_map_exception=True,
     ):
         ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
-        sink = PreprocessDatasink(cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file)
+        sink = PreprocessDatasink(
+            cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file, lineage=cfg.lineage
+        )
         with short_run_scheduling():
             ds.write_datasink(sink)
-    return cluster, sink.result or SinkResult(), time.perf_counter() - start
+    inputs = gather_digests(digests)
+    return cluster, sink.result or SinkResult(), time.perf_counter() - start, inputs
 
 
 def run(cfg: PreprocessConfig) -> RunSummary:
@@ -465,7 +485,7 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     filesystem, root = prepare_output(cfg.output, cfg.overwrite)
     run_id = uuid.uuid4().hex[:12]
     with claimed_output(filesystem, root, run_id):  # every task that writes checks for its marker
-        cluster, result, seconds = execute(cfg, sources, steps, names, stages, run_id)
+        cluster, result, seconds, inputs = execute(cfg, sources, steps, names, stages, run_id)
 
     stats = collect_stats(result, names)
     check_invariants(result, stats)
@@ -484,7 +504,7 @@ def run(cfg: PreprocessConfig) -> RunSummary:
         seconds=seconds,
         steps=stats,
         config=cfg.to_dict(),
-        inputs=[s.uri for s in sources],
+        inputs=inputs,
         cluster=cluster,
     )
     write_reports(summary, filesystem, root)

@@ -22,7 +22,8 @@ class RunSummary:
     seconds: float
     steps: list[StepStats]
     config: dict[str, Any] = field(default_factory=dict)
-    inputs: list[str] = field(default_factory=list)
+    # each input file: {"uri", "size_bytes", "sha256"} of the bytes as stored (twinkle_agentic.io.file_digest)
+    inputs: list[dict[str, Any]] = field(default_factory=list)
     cluster: str = ""
 
     @property

@@ -78,6 +78,16 @@ class SinkResult:
         )
 
 
+def add_stats_records(texts: Iterable[str], result: SinkResult) -> None:
+    """Sum statistics records (the ``row`` of ``_kind`` STATS frame rows) into ``result.stats``."""
+    for text in texts:
+        for record in json.loads(text):
+            stats = StepStats.from_dict(record)
+            position = int(record["position"])
+            mine = result.stats.get(position)
+            result.stats[position] = stats if mine is None else mine + stats
+
+
 def output_filesystem(uri: str) -> tuple[Any, str]:
     """(pyarrow file system, folder path in it) of the output ``uri`` (:func:`twinkle_agentic.io.locate`)."""
     where = locate(uri)
@@ -136,6 +146,33 @@ def ledger_lines(dropped: Any, source_literals: Any) -> Any:
     for prefix, key in zip(_LEDGER_PREFIXES, LEDGER_KEYS, strict=True):
         parts += [prefix, values[key]]
     return _concat(*parts, b"}\n")
+
+
+# The text around a kept row with lineage: {"source": <uri>, "line": <n>, "row": <row>}.
+_LINEAGE_PREFIXES = tuple(
+    (b", " if i else b"{") + _literal(key) + b": " for i, key in enumerate(("source", "line", "row"))
+)
+
+
+def kept_lines(kept: Any, source_literals: Any, lineage: bool) -> Any:
+    """One JSON Lines line per kept frame row: the row's JSON as it is, or with ``lineage`` the
+    record ``{"source", "line", "row"}`` (the layout of the Parquet output and of the ledger), built
+    column-wise without decoding the row, so a row's own ``source`` or ``line`` keys stay intact."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not lineage:
+        return _concat(kept.column(ROW), b"\n")
+    source, line, row = _LINEAGE_PREFIXES
+    return _concat(
+        source,
+        source_literals.take(kept.column(SRC)),
+        line,
+        pc.cast(kept.column(LINE), pa.string()),
+        row,
+        kept.column(ROW),
+        b"}\n",
+    )
 
 
 def text_buffers(lines: Any) -> list:
@@ -254,8 +291,17 @@ class EarlyLedger:
 class PreprocessDatasink(Datasink):
     """Streams kept rows and ledger lines of each write task into files of their own."""
 
-    def __init__(self, output: str, sources: list[str], run_id: str, output_format: str, rows_per_file: int):
+    def __init__(
+        self,
+        output: str,
+        sources: list[str],
+        run_id: str,
+        output_format: str,
+        rows_per_file: int,
+        lineage: bool = False,
+    ):
         self.output = output
+        self.lineage = lineage  # JSONL kept rows as {"source", "line", "row"} (Parquet always is)
         self.sources = list(sources)
         self.run_id = run_id
         self.output_format = output_format
@@ -283,15 +329,11 @@ class PreprocessDatasink(Datasink):
         )
         result = SinkResult()
         parquet_writer = None
+        source_literals = ledger_file.source_literals
         for block in _slices(blocks):  # empty blocks (possibly without columns) yield nothing
             kinds = block.column(KIND)
             ledger_file.write(block.filter(pc.equal(kinds, DROPPED)), result)
-            for text in block.filter(pc.equal(kinds, STATS)).column(ROW).to_pylist():
-                for record in json.loads(text):
-                    stats = StepStats.from_dict(record)
-                    position = int(record["position"])
-                    mine = result.stats.get(position)
-                    result.stats[position] = stats if mine is None else mine + stats
+            add_stats_records(block.filter(pc.equal(kinds, STATS)).column(ROW).to_pylist(), result)
             for text in block.filter(pc.equal(kinds, LEDGER)).column(ROW).to_pylist():
                 result.add(SinkResult.from_wire(json.loads(text)))  # drops a read task wrote itself
             kept = block.filter(pc.equal(kinds, LIVE))
@@ -312,7 +354,7 @@ class PreprocessDatasink(Datasink):
                     parquet_writer = pq.ParquetWriter(kept_file.open(), table.schema)
                 parquet_writer.write_table(table)
             else:
-                for buffer in text_buffers(_concat(kept.column(ROW), b"\n")):
+                for buffer in text_buffers(kept_lines(kept, source_literals, self.lineage)):
                     kept_file.write(buffer)
         if parquet_writer is not None:
             parquet_writer.close()

@@ -20,6 +20,7 @@ from .inputs import (
     format_of,
     input_location,
 )
+from .digest import file_digest
 from .json_array import JSONLayoutError
 from .location import Location, is_local, locate, read_bytes, remove, split_query, write_bytes
 from .records import (
@@ -56,6 +57,7 @@ __all__ = [
     "UnreadableInputError",
     "dumps",
     "expand_inputs",
+    "file_digest",
     "format_of",
     "input_location",
     "is_local",

@@ -119,12 +119,19 @@ def _without(row: Any, key: str) -> Any:
     return {k: v for k, v in row.items() if k != key} if isinstance(row, dict) and key in row else row
 
 
+def with_lineage(row: dict, origin_key: str) -> dict:
+    """A kept row as ``--lineage`` writes it: ``{"source", "line", "row"}`` (the ledger's layout)."""
+    source, line = row[origin_key]
+    return {"source": source, "line": line, "row": _without(row, origin_key)}
+
+
 def run_pipeline(
     inputs: Sequence[str],
     steps: Sequence[Any] | str | os.PathLike | None = None,
     *,
     input_format: str | None = None,
     unreadable: str | None = None,
+    lineage: bool = False,
 ) -> PipelineRun:
     """Run a pipeline over the rows of ``inputs`` in this process, with no Ray.
 
@@ -135,8 +142,9 @@ def run_pipeline(
     objects (``HardFilter()``, your own callables) or YAML step entries (``"RefuseFilter"``,
     ``{"HardFilter": {"min_user_chars": 10}}``). ``input_format`` forces one format (``jsonl``,
     ``json``, ``parquet``); ``unreadable`` is ``"fail"`` (a file that breaks off raises, the default)
-    or ``"drop"`` (its unreadable rest becomes an ``unreadable_file`` drop). Every row is held in
-    memory; for larger data run the job.
+    or ``"drop"`` (its unreadable rest becomes an ``unreadable_file`` drop). ``lineage``: each kept
+    row comes back as ``{"source": input file, "line": its line or record number, "row": the row}``,
+    as the job's ``--lineage`` writes it. Every row is held in memory; for larger data run the job.
     """
     if steps is None or isinstance(steps, (str, os.PathLike)):
         config, where = read_pipeline_config(None if steps is None else os.fspath(steps))
@@ -151,10 +159,14 @@ def run_pipeline(
     built = build_steps(steps)
     start = time.perf_counter()
     # NearDedupFilter names kept rows by their origin, as the job does: rows carry it meanwhile.
-    origin_key = ORIGIN_KEY if any(isinstance(step, NearDedupFilter) for step in built) else None
+    # With lineage, kept rows take their source and line from the same origin.
+    near = any(isinstance(step, NearDedupFilter) for step in built)
+    origin_key = ORIGIN_KEY if near or lineage else None
     rows, dropped, n = read_rows(inputs, input_format, unreadable, origin_key)
     kept, step_dropped = run_steps(rows, built)
-    if origin_key is not None:
+    if lineage:
+        kept = [with_lineage(row, origin_key) for row in kept]
+    elif origin_key is not None:
         kept = [_without(row, origin_key) for row in kept]
         step_dropped = [(step, reason, _without(row, origin_key)) for step, reason, row in step_dropped]
     return PipelineRun(kept, dropped + step_dropped, n, time.perf_counter() - start)

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from hashlib import sha256
 
 import pytest
 from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
@@ -71,3 +72,12 @@ def test_the_command_reads_and_writes_s3_and_matches_the_one_process_pipeline(s3
     assert job["ledger"] and all(e["source"].startswith("s3://data/in/") for e in job["ledger"])
     stats = json.loads((out / "stats.json").read_text())
     assert stats["kept"] + stats["dropped"] == stats["rows_read"] and stats["kept"] == len(job["kept_lines"])
+    # each input's size and checksum, read through the job's S3 file system
+    assert stats["inputs"] == [
+        {
+            "uri": f"s3://data/in/{p.name}",
+            "size_bytes": p.stat().st_size,
+            "sha256": sha256(p.read_bytes()).hexdigest(),
+        }
+        for p in sorted(chat_inputs.iterdir())
+    ]
