@@ -9,6 +9,7 @@ and anything else (a one-process run, the rollout job's prompts, a notebook) cal
 
 from __future__ import annotations
 
+from .digest import file_digest
 from .inputs import (
     FORMATS,
     JSON,
@@ -20,7 +21,6 @@ from .inputs import (
     format_of,
     input_location,
 )
-from .digest import file_digest
 from .json_array import JSONLayoutError
 from .location import Location, is_local, locate, read_bytes, remove, split_query, write_bytes
 from .records import (
