@@ -12,6 +12,7 @@ late start), the next update forms a new group first.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from .worker import CONTROL_GROUP
@@ -230,10 +231,7 @@ def _weight_source(source: Any) -> Any:
 
 
 def _nbytes(meta: Any) -> int:
-    count = 1
-    for dim in meta.shape:
-        count *= dim
-    return count * meta.dtype.itemsize
+    return math.prod(meta.shape) * meta.dtype.itemsize
 
 
 def _node_address() -> str:
