@@ -71,8 +71,10 @@ class PreprocessConfig:
     read_concurrency: int | None = field(
         default=None,
         metadata=option(
-            "read+filter tasks running at once (default: the cluster's CPUs when the job starts; set it "
-            "to the largest size of an autoscaling cluster so added nodes take reads too)"
+            "read+filter tasks running at once, and the CPUs the read is spread over (default: the "
+            "cluster's CPUs at its largest as its autoscaler reports them, so nodes added while the job "
+            "runs take reads too; with no bound reported, the CPUs present when the job starts; an "
+            "autoscaler with no upper bound: one per 256 MiB of input, no cap)"
         ),
     )
     actors: int = field(

@@ -36,6 +36,7 @@ from .frame import DPART, PART_SPACE
 from .input_digests import gather_digests, start_digests
 from .near_exchange import near_exchange
 from .ray_tuning import short_run_scheduling
+from .read_plan import ReadPlan, autoscaler_max_cpus, plan_read
 from .report import RunSummary, write_reports
 from .shared_storage import claimed_output, stale_markers
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
@@ -53,14 +54,10 @@ MAX_CPU_PARTITIONS = 64
 PARTITION_TARGET_BYTES = 512 << 20
 # Input blocks from which the dedup exchange uses Ray's push-based shuffle (Ray's own guidance).
 PUSH_BASED_MIN_BLOCKS = 1000
-# Whole-file read tasks per CPU. Each read task's output reaches the dedup exchange as one block per
-# 128 MiB. Split files still spread over every CPU (``needs_split``); two tasks per CPU keep a slow
-# file from leaving a CPU idle for long.
-READ_TASKS_PER_CPU = 2
-# Logical CPUs a fused read+filter task asks Ray for; the read's ``concurrency`` (one task per cluster
-# CPU) is what bounds how many run at once. Ray Data reserves resources for every downstream operator
-# from the start: with read tasks asking for 1 CPU, a 2-CPU cluster ran one read task at a time
-# (measured: docs/bench/preprocess_job.md).
+# Logical CPUs a fused read+filter task asks Ray for; the read's ``concurrency`` (one task per CPU of
+# the cluster at its largest, :mod:`.read_plan`) is what bounds how many run at once. Ray Data
+# reserves resources for every downstream operator from the start: with read tasks asking for 1 CPU,
+# a 2-CPU cluster ran one read task at a time (measured: docs/bench/preprocess_job.md).
 READ_TASK_CPUS = 0.25
 
 
@@ -124,11 +121,6 @@ def needs_split(sources: list[Source], cpus: int) -> bool:
     file larger than a CPU's share. Then the records are re-blocked so any worker can take any block."""
     sizes = [s.size_bytes or 0 for s in sources]
     return len(sources) < cpus or max(sizes, default=0) * cpus > sum(sizes)
-
-
-def read_tasks(sources: list[Source], cpus: int) -> int:
-    """Read tasks when each reads whole files: one per file, at most READ_TASKS_PER_CPU per CPU."""
-    return max(1, min(len(sources), READ_TASKS_PER_CPU * cpus))
 
 
 def actor_pool(stage: Stage, cfg: PreprocessConfig) -> Any:
@@ -229,6 +221,7 @@ def build(
     split_records: bool,
     cpus: int,
     ledger: Any = None,
+    read: ReadPlan | None = None,
 ) -> Any:
     """The read and the stages on top of it; returns the dataset of final frames.
 
@@ -237,7 +230,8 @@ def build(
     stage's batch size. With ``split_records`` the raw records are re-blocked first, so one big file
     still spreads over every CPU, and the first stage is a ``map_batches`` like the others.
     ``ledger`` (a ``sink.EarlyLedger``): fused read tasks write the first stage's drops to the drop
-    ledger themselves, so those rows skip the dedup exchange.
+    ledger themselves, so those rows skip the dedup exchange. ``read`` (:func:`.read_plan.plan_read`):
+    how many whole-file read tasks, and how many at once; default: planned for ``cpus``.
     """
     import ray.data
 
@@ -257,12 +251,9 @@ def build(
             unreadable=unreadable,
             ledger=ledger,
         )
-        readers = cfg.read_concurrency or cpus
+        read = read or plan_read(sources, cpus, None, cfg.read_concurrency)
         ds = ray.data.read_datasource(
-            fused,
-            override_num_blocks=read_tasks(sources, readers),
-            concurrency=readers,
-            num_cpus=READ_TASK_CPUS,
+            fused, override_num_blocks=read.tasks, concurrency=read.concurrency, num_cpus=READ_TASK_CPUS
         )
         stages = stages[1:]
     return add_stages(ds, steps, names, stages, cfg, partitions, cpus_per_actor, [s.uri for s in sources])
@@ -441,13 +432,14 @@ def execute(
     context = ray.data.DataContext.get_current()
     cpus = cluster_cpus()
     partitions = cfg.dedup_partitions or default_partitions(cpus, estimated_total(sources))
-    split = needs_split(sources, cpus)
+    read = plan_read(sources, cpus, autoscaler_max_cpus(), cfg.read_concurrency)
+    split = needs_split(sources, read.cpus)
     for stage in stages:
         logger.info("stage %s", stage.describe(names))
     logger.info(
         "%d input file(s)%s; dedup exchange partitions: %d",
         len(sources),
-        ", re-blocked for parallelism" if split else ", read fused with the first stage",
+        ", re-blocked for parallelism" if split else f", read fused with the first stage; {read.describe()}",
         partitions,
     )
 
@@ -468,7 +460,7 @@ def execute(
         shuffle_strategy=strategy,
         raise_original_map_exception=True,
     ):
-        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger)
+        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger, read)
         sink = PreprocessDatasink(
             cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file, lineage=cfg.lineage
         )
