@@ -2,7 +2,10 @@
 
 ::
 
-    prompts file --check, ids--> trajectories to run (minus those already in the journal)
+    prompts file, streamed once: every bad row reported, the ids that repeat found (prompts.py)
+      -> the journal's ids as 16-byte keys (journal.py, keyset.py)
+      -> the file streamed again: trajectories named as they are read, whole groups already in the
+         journal skipped, the rest fed to the farm as it asks for more
       -> connect to Ray (address, RAY_ADDRESS, or an embedded cluster sized to the plan)
       -> check the cluster can hold the plan's engines and Serve replicas (capacity.py)
       -> deploy tool servers and env servers on Serve; list their tools
@@ -16,10 +19,11 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -28,29 +32,29 @@ from twinkle_agentic.actors.catalog import ENVS_KEY, TOOLSETS_KEY
 from twinkle_agentic.rollout.groups import GroupCollector, roll_groups
 
 from .capacity import Demand, check_schedulable, cluster_capacity, plan_demand
-from .config import ConfigError, RolloutJobConfig
+from .config import RolloutJobConfig
 from .journal import Journal
-from .prompts import load_prompts, to_trajectories
+from .prompts import PromptPlan, check_prompts
 from .summary import RolloutSummary, RolloutTally
 
 logger = logging.getLogger(__name__)
 
 
-def plan(cfg: RolloutJobConfig) -> list[dict[str, Any]]:
-    """The trajectories the prompts ask for, checked against the configured tools and envs (no Ray)."""
-    trajectories = to_trajectories(load_prompts(cfg.prompts, cfg.limit), cfg.samples_per_prompt)
+def plan(cfg: RolloutJobConfig) -> PromptPlan:
+    """The prompts file checked (streamed once, no Ray): every bad row, and every row asking for tools or
+    envs this config does not serve, in one ``PromptError``; the plan streams the trajectories."""
     known = {TOOLSETS_KEY: {s.name for s in cfg.tools}, ENVS_KEY: {s.name for s in cfg.envs}}
-    for trajectory in trajectories:
+
+    def served(row: dict[str, Any]) -> str | None:
         for key, names in known.items():
-            asked = trajectory.get(key)
+            asked = row.get(key)
             asked = [asked] if isinstance(asked, str) else list(asked or [])
             unknown = sorted(set(asked) - names)
             if unknown:
-                raise ConfigError(
-                    f"prompt {trajectory['prompt_id']!r} asks for {key} {unknown}, which this config does not serve "
-                    f"(it serves {sorted(names) or 'none'})"
-                )
-    return trajectories
+                return f"asks for {key} {unknown}, which this config does not serve (it serves {sorted(names) or 'none'})"
+        return None
+
+    return check_prompts(cfg.prompts, cfg.limit, cfg.samples_per_prompt, served)
 
 
 def demand(cfg: RolloutJobConfig) -> Demand:
@@ -76,19 +80,22 @@ def connect(cfg: RolloutJobConfig, needs: Demand) -> Any:
 def run(cfg: RolloutJobConfig) -> RolloutSummary:
     """Run (or resume) the job; raises ConfigError for bad config/input, other errors for run failures."""
     start = time.perf_counter()
-    trajectories = plan(cfg)
+    prompts = plan(cfg)
     journal, state = Journal.open(cfg.output, cfg.fingerprint(), cfg.overwrite)
     if state.truncated_bytes:
         logger.warning("cut a torn last line (%d bytes) from %s", state.truncated_bytes, journal.path)
     if state.cut_members:
         logger.warning("cut an incomplete last group (%d lines) from %s", state.cut_members, journal.path)
-    todo = unfinished_groups(trajectories, state.ids)
-    logger.info("%d trajectories asked, %d to run (%s)", len(trajectories), len(todo), journal.path)
+    todo = Unfinished(prompts.groups(), state.ids)
+    first = next(iter(todo), None)  # reads up to the first group to run: none, and Ray is not started
+    logger.info(
+        "%d trajectories asked, %d already in the journal (%s)", len(prompts), len(state.ids), journal.path
+    )
     tally = RolloutTally()
     farm = services = info = None
     startup_s = rollout_s = 0.0
     try:
-        if todo:
+        if first is not None:
             needs = demand(cfg)
             info = connect(cfg, needs)
             check_schedulable(cfg, needs, cluster_capacity(), info.embedded)  # seconds, not a timeout later
@@ -103,7 +110,9 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
             farm.start()
             services_ready.result()
             startup_s = time.perf_counter() - t0
-            rollout_s = _roll(cfg, farm, todo, journal, tally)
+            to_run = max(1, len(prompts) - len(state.ids))  # the progress bar's total (exact unless the
+            # journal holds ids this plan does not ask for)
+            rollout_s = _roll(cfg, farm, itertools.chain([first], todo), journal, tally, to_run)
         journal.close()
         files = {"journal": journal.path}
         if cfg.output_format == "parquet":
@@ -113,7 +122,7 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
             output=cfg.output,
             files=files,
             tally=tally,
-            resumed=len(trajectories) - len(todo),
+            resumed=todo.skipped,
             total_in_output=len(final.ids),
             stop_reasons_in_output=final.stop_reasons,
             policy_versions_in_output=final.policy_versions,
@@ -139,11 +148,30 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
             services.teardown()
 
 
-def unfinished_groups(trajectories: list[dict[str, Any]], done: set[str]) -> list[dict[str, Any]]:
-    """The trajectories of every group with a member not in ``done`` (a group is written whole, so a
-    group with a member missing is run again whole)."""
-    missing = {t["group_id"] for t in trajectories if t["trajectory_id"] not in done}
-    return [t for t in trajectories if t["group_id"] in missing]
+class Unfinished:
+    """The trajectories of every group with a member not in ``done``, in plan order, as they are read
+    (a group is written whole, so a group with a member missing is run again whole); ``skipped``
+    counts the trajectories of the groups left out so far."""
+
+    def __init__(self, groups: Iterable[list[dict[str, Any]]], done: Container[str]):
+        self._groups = iter(groups)
+        self._done = done
+        self._pending: Iterator[dict[str, Any]] = iter(())
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        while True:
+            trajectory = next(self._pending, None)
+            if trajectory is not None:
+                return trajectory
+            group = next(self._groups)  # StopIteration ends this iterator too
+            if group and all(t["trajectory_id"] in self._done for t in group):
+                self.skipped += len(group)
+            else:
+                self._pending = iter(group)
 
 
 def in_background(fn: Callable[[], Any]) -> Future:
@@ -161,16 +189,22 @@ def in_background(fn: Callable[[], Any]) -> Future:
 
 
 def _roll(
-    cfg: RolloutJobConfig, farm: Any, todo: list[dict[str, Any]], journal: Journal, tally: RolloutTally
+    cfg: RolloutJobConfig,
+    farm: Any,
+    todo: Iterable[dict[str, Any]],
+    journal: Journal,
+    tally: RolloutTally,
+    total: int | None = None,
 ) -> float:
-    """Stream the farm's batches into groups and each batch's complete groups into the journal (failed
-    members go back to the farm in a further run: ``roll_groups``). Returns the rollout's wall time."""
+    """Feed ``todo`` (read lazily by the farm) and stream the farm's batches into groups and each batch's
+    complete groups into the journal (failed members go back to the farm in a further run:
+    ``roll_groups``); ``total`` sizes the progress bar. Returns the rollout's wall time."""
     from tqdm import tqdm
 
     start = time.perf_counter()
     collector = GroupCollector(cfg.groups)
     with tqdm(
-        total=len(todo), unit="traj", desc="rollout", disable=not cfg.progress, dynamic_ncols=True
+        total=len(todo) if total is None and isinstance(todo, list) else total, unit="traj", desc="rollout", disable=not cfg.progress, dynamic_ncols=True
     ) as bar:
         for batch, groups in roll_groups(farm.run, todo, collector):
             tally.add([], batch.activity, batch.generated_tokens)

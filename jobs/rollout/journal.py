@@ -39,7 +39,8 @@ from twinkle_agentic.io import Location, iter_lines, locate, read_bytes, remove,
 from twinkle_agentic.io.location import fsync_directory, open_output
 
 from .config import ConfigError
-from .summary import is_reward, policy_version_key
+from .keyset import KeySet
+from .summary import RewardStats, is_reward, policy_version_key
 
 JOURNAL_FILE = "trajectories.jsonl"
 SEGMENTS_DIR = "trajectories"  # the journal's segments where files cannot be appended to
@@ -61,24 +62,21 @@ def to_record(trajectory: dict[str, Any]) -> dict[str, Any]:
 @dataclass
 class JournalState:
     """What the journal already holds: trajectory ids, counts by stop reason and policy version, the
-    groups (and failed ones), and the rewards of the scored trajectories."""
+    groups (and failed ones), and the rewards of the scored trajectories. Ids and group ids are
+    ``KeySet``s (16 bytes each), rewards a running ``RewardStats``: no string is kept per line."""
 
-    ids: set[str] = field(default_factory=set)
+    ids: KeySet = field(default_factory=KeySet)
     stop_reasons: Counter = field(default_factory=Counter)
     policy_versions: Counter = field(default_factory=Counter)
-    groups: set[str] = field(default_factory=set)
-    failed_groups: set[str] = field(default_factory=set)
-    rewards: list[float] = field(default_factory=list)
+    groups: KeySet = field(default_factory=KeySet)
+    failed_groups: KeySet = field(default_factory=KeySet)
+    rewards: RewardStats = field(default_factory=RewardStats)
     truncated_bytes: int = 0
     cut_members: int = 0  # lines of an incomplete last group that were cut
 
     def count(self, where: str, number: int, record: dict[str, Any]) -> None:
-        tid = record.get("trajectory_id")
-        if tid is None:
-            raise ConfigError(f"{where} line {number} has no trajectory_id; pass --overwrite to start over")
-        if str(tid) in self.ids:
-            return
-        self.ids.add(str(tid))
+        tid = trajectory_id_of(where, number, record)
+        self.ids.add(tid)
         self.stop_reasons[record.get("stop_reason")] += 1
         self.policy_versions[policy_version_key(record)] += 1
         if record.get("group_id") is not None:
@@ -86,7 +84,14 @@ class JournalState:
             if record.get("group_failed"):
                 self.failed_groups.add(str(record["group_id"]))
         if is_reward(record.get("reward")):
-            self.rewards.append(float(record["reward"]))
+            self.rewards.add(float(record["reward"]))
+
+
+def trajectory_id_of(where: str, number: int, record: dict[str, Any]) -> str:
+    tid = record.get("trajectory_id")
+    if tid is None:
+        raise ConfigError(f"{where} line {number} has no trajectory_id; pass --overwrite to start over")
+    return str(tid)
 
 
 class Journal:
@@ -195,6 +200,17 @@ class Journal:
             self._cut_local_tail(state)
         for where, number, record in self._records():
             state.count(where, number, record)
+        if state.ids.repeats:  # an id on two lines (journals joined by hand, say): count its first only
+            once = JournalState(truncated_bytes=state.truncated_bytes, cut_members=state.cut_members)
+            seen: set[str] = set()  # only ids that are repeated
+            for where, number, record in self._records():
+                tid = trajectory_id_of(where, number, record)
+                if state.ids.added_more_than_once(tid):
+                    if tid in seen:
+                        continue
+                    seen.add(tid)
+                once.count(where, number, record)
+            state = once
         return state
 
     def _cut_local_tail(self, state: JournalState) -> None:

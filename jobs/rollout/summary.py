@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,13 +48,39 @@ def is_reward(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def reward_figures(rewards: list[float]) -> dict[str, Any]:
+@dataclass
+class RewardStats:
+    """Count, mean and population spread of rewards, updated one at a time (Welford's method), so a
+    tally over millions of trajectories holds three numbers, not every reward."""
+
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0  # sum of squared deviations from the running mean
+
+    @classmethod
+    def of(cls, rewards: Iterable[float]) -> RewardStats:
+        stats = cls()
+        for reward in rewards:
+            stats.add(reward)
+        return stats
+
+    def add(self, reward: float) -> None:
+        self.count += 1
+        delta = float(reward) - self.mean
+        self.mean += delta / self.count
+        self.m2 += delta * (float(reward) - self.mean)
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(max(0.0, self.m2) / self.count) if self.count else 0.0
+
+
+def reward_figures(rewards: RewardStats | Iterable[float]) -> dict[str, Any]:
     """``scored``, ``mean_reward`` and ``reward_std`` (population; None without rewards)."""
-    if not rewards:
+    stats = rewards if isinstance(rewards, RewardStats) else RewardStats.of(rewards)
+    if not stats.count:
         return {"scored": 0, "mean_reward": None, "reward_std": None}
-    mean = sum(rewards) / len(rewards)
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-    return {"scored": len(rewards), "mean_reward": round(mean, 6), "reward_std": round(std, 6)}
+    return {"scored": stats.count, "mean_reward": round(stats.mean, 6), "reward_std": round(stats.std, 6)}
 
 
 def policy_version_key(trajectory: dict[str, Any]) -> str:
@@ -76,7 +103,7 @@ class RolloutTally:
     groups: int = 0
     failed_groups: int = 0
     member_retries: int = 0
-    rewards: list[float] = field(default_factory=list)
+    rewards: RewardStats = field(default_factory=RewardStats)
 
     def add(
         self, trajectories: list[dict[str, Any]], activity: Activity | None = None, generated_tokens: int = 0
@@ -88,7 +115,9 @@ class RolloutTally:
         self.stop_reasons.update(t.get("stop_reason") for t in trajectories)
         self.policy_versions.update(policy_version_key(t) for t in trajectories)
         self.retries += sum(max(0, int(t.get("rollout_attempts") or 1) - 1) for t in trajectories)
-        self.rewards += [float(t["reward"]) for t in trajectories if is_reward(t.get("reward"))]
+        for t in trajectories:
+            if is_reward(t.get("reward")):
+                self.rewards.add(float(t["reward"]))
         if activity is not None:
             self.activity = self.activity + activity
 
@@ -116,7 +145,7 @@ class RolloutSummary:
     policy_versions_in_output: Counter = field(default_factory=Counter)
     groups_in_output: int = 0
     failed_groups_in_output: int = 0
-    rewards_in_output: list[float] = field(default_factory=list)
+    rewards_in_output: RewardStats = field(default_factory=RewardStats)
     cluster: str = ""
     services: dict[str, str] = field(default_factory=dict)
 

@@ -22,8 +22,8 @@ the group's mean towards the samples that happened to succeed. A group whose mem
 but carry no reward (no reward function configured) is released with ``advantage`` None.
 
 ``roll_groups`` drives a farm with a collector: it runs the trajectories, then the retries the
-collector asks for in a further run, until every group is released (``RolloutFarm.run`` takes a
-fixed list, so a retry waits for the run it failed in to end).
+collector asks for in a further run, until every group is released (a retry waits for the run it
+failed in to end).
 """
 
 from __future__ import annotations
@@ -232,16 +232,22 @@ class GroupCollector:
 
 
 def roll_groups(
-    run: Callable[[list[dict[str, Any]]], Iterable[Any]],
-    trajectories: list[dict[str, Any]],
+    run: Callable[[Iterable[dict[str, Any]]], Iterable[Any]],
+    trajectories: Iterable[dict[str, Any]],
     collector: GroupCollector,
 ) -> Iterator[tuple[Any, list[list[dict[str, Any]]]]]:
     """Roll out ``trajectories`` with ``run`` (``RolloutFarm.run``: batches with ``.trajectories``) and
     yield each batch with the groups it completed; failed members go to a further ``run`` until every
-    group is released. Raises RuntimeError if ``run`` loses a trajectory."""
-    collector.expect(trajectories)
-    pending = list(trajectories)
-    while pending:
+    group is released. A list is registered with the collector at once; any other iterable (a
+    generator over a large file) as ``run`` reads it, so only the groups in flight are held. Raises
+    RuntimeError if ``run`` loses a trajectory."""
+    pending: Iterable[dict[str, Any]]
+    if isinstance(trajectories, list):
+        collector.expect(trajectories)
+        pending = trajectories
+    else:
+        pending = _expected(trajectories, collector)
+    while True:
         retries: list[dict[str, Any]] = []
         for batch in run(pending):
             groups: list[list[dict[str, Any]]] = []
@@ -250,6 +256,15 @@ def roll_groups(
                 groups += collected.groups
                 retries += collected.retries
             yield batch, groups
+        if not retries:
+            break
         pending = retries
     if collector.pending:
         raise RuntimeError(f"{collector.pending} group(s) did not complete: the rollout lost trajectories")
+
+
+def _expected(trajectories: Iterable[dict[str, Any]], collector: GroupCollector) -> Iterator[dict[str, Any]]:
+    """``trajectories``, each registered with ``collector`` as it is read."""
+    for trajectory in trajectories:
+        collector.expect([trajectory])
+        yield trajectory

@@ -15,7 +15,7 @@ from twinkle_agentic.actors.activity import Activity
 from twinkle_agentic.actors.driver import FarmBatch
 from twinkle_agentic.actors.worker import error_trajectory
 from twinkle_agentic.jobs.rollout.config import ConfigError, build_parser, config_from_mapping, resolve_config
-from twinkle_agentic.jobs.rollout.job import _roll, unfinished_groups
+from twinkle_agentic.jobs.rollout.job import Unfinished, _roll
 from twinkle_agentic.jobs.rollout.journal import Journal
 from twinkle_agentic.jobs.rollout.prompts import to_trajectories
 from twinkle_agentic.jobs.rollout.summary import RolloutTally, rollout_figures
@@ -114,9 +114,11 @@ def test_resume_cuts_an_incomplete_last_group_and_runs_it_again_whole(tmp_path):
     assert state.truncated_bytes > 0 and state.cut_members == 1
     assert state.ids == {"a/s0", "a/s1", "solo"} and state.groups == {"a", "solo"}
     assert [r["trajectory_id"] for r in read_journal(Path(journal.path))] == ["a/s0", "a/s1", "solo"]
-    planned = [member(f"{g}/s{k}", g, n) for g, n in (("a", 2), ("b", 3)) for k in range(n)]
-    assert [t["trajectory_id"] for t in unfinished_groups(planned, state.ids)] == ["b/s0", "b/s1", "b/s2"]
-    assert unfinished_groups(planned, state.ids | {"b/s0"}) == planned[2:]  # a group is never run in part
+    planned = [[member(f"{g}/s{k}", g, n) for k in range(n)] for g, n in (("a", 2), ("b", 3))]
+    todo = Unfinished(planned, state.ids)
+    assert [t["trajectory_id"] for t in todo] == ["b/s0", "b/s1", "b/s2"] and todo.skipped == 2
+    state.ids.add("b/s0")
+    assert list(Unfinished(planned, state.ids)) == planned[1]  # a group is never run in part
 
 
 def test_journal_without_group_keys_resumes_by_id(tmp_path):

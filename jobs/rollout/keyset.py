@@ -1,0 +1,103 @@
+"""A set of id strings held as 16-byte keys: what a resumed job has done, for millions of trajectories.
+
+A Python set of id strings costs about 100 bytes or more per id; a ``KeySet`` holds each id as its
+128-bit BLAKE2b digest in one sorted NumPy array: 16 bytes per id, looked up by binary search.
+
+Two different ids share a key with probability 2^-128 per pair. That is the only way a lookup can
+answer wrongly: for a resumed job to skip a trajectory that is not in the journal, every member of
+its group must share a key with some id that is, which at 10^7 done ids and 10^7 planned ones has a
+probability below 10^-24 for a group of one (each further member multiplies it by as little again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+KEY = np.dtype([("hi", "<u8"), ("lo", "<u8")])  # compared field by field: a total order for search
+KEY_BYTES = KEY.itemsize
+
+
+def key_of(text: str) -> bytes:
+    """The 16-byte key of ``text`` (stable across processes and runs)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=KEY_BYTES).digest()
+
+
+class KeySet:
+    """Strings by key: ``add`` appends 16 bytes; lookups sort what was added once, then binary-search.
+
+    ``repeats`` counts the adds of a key that was already there (a journal line seen twice, say)."""
+
+    def __init__(self, texts: Iterable[str] = ()):
+        self._sorted = np.empty(0, KEY)
+        self._pending = bytearray()
+        self._repeated = np.empty(0, KEY)
+        self._repeats = 0
+        for text in texts:
+            self.add(text)
+
+    def add(self, text: str) -> None:
+        self._pending += key_of(text)
+
+    def _settle(self) -> None:
+        if not self._pending:
+            return
+        added = np.frombuffer(self._pending, KEY)  # no copy; a fresh buffer takes the next adds
+        self._pending = bytearray()
+        merged, counts = np.unique(np.concatenate([self._sorted, added]), return_counts=True)
+        self._repeats += len(self._sorted) + len(added) - len(merged)
+        again = merged[counts > 1]
+        if len(again):
+            self._repeated = np.unique(np.concatenate([self._repeated, again]))
+        self._sorted = merged
+
+    @property
+    def repeats(self) -> int:
+        self._settle()
+        return self._repeats
+
+    def _holds(self, keys: np.ndarray, key: bytes) -> bool:
+        probe = np.frombuffer(key, KEY)
+        i = int(np.searchsorted(keys, probe)[0])
+        return i < len(keys) and keys[i] == probe[0]
+
+    def __contains__(self, text: object) -> bool:
+        if not isinstance(text, str):
+            return False
+        self._settle()
+        return self._holds(self._sorted, key_of(text))
+
+    def added_more_than_once(self, text: str) -> bool:
+        """Whether ``text``'s key was added twice or more (so a recount can keep its first only)."""
+        self._settle()
+        return self._holds(self._repeated, key_of(text))
+
+    def __len__(self) -> int:
+        self._settle()
+        return len(self._sorted)
+
+    def __bool__(self) -> bool:
+        return bool(self._pending) or len(self._sorted) > 0
+
+    def __eq__(self, other: Any) -> bool:
+        """Equal to another ``KeySet`` with the same keys, or to a set of strings whose keys are these."""
+        if isinstance(other, KeySet):
+            self._settle()
+            other._settle()
+            return bool(np.array_equal(self._sorted, other._sorted))
+        if isinstance(other, (set, frozenset)):
+            return len(other) == len(self) and all(text in self for text in other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the keys take (sorted and not yet sorted)."""
+        return self._sorted.nbytes + len(self._pending) + self._repeated.nbytes
+
+    def __repr__(self) -> str:
+        return f"KeySet({len(self)} keys)"
