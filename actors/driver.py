@@ -6,7 +6,11 @@ the actor so the engine never waits for a round trip). Whenever batches finish (
 trajectories are yielded at once and those workers get the next batches, so fast workers take more.
 The input is read lazily, only as far as it takes to keep every worker supplied, so the driver's
 memory does not grow with the number of prompts, and each wait collects every batch that has
-finished, so the driver's work per result does not grow with the number in flight.
+finished, so the driver's work per result does not grow with the number in flight. The input may
+also be a ``LiveFeed`` (``twinkle_agentic.rollout.feed``) that other code keeps adding to: the run
+takes what has been put without ever waiting for it, lasts until the feed is closed, and yields an
+empty batch when the feed is woken, so the loop reading it can update weights or add trajectories
+while others are in flight.
 
 When a worker dies (its process is killed, its node goes away, its engine breaks, or a batch
 exceeds ``batch_timeout_s``), every batch it held that had not come back goes to the front of the
@@ -40,6 +44,7 @@ from typing import Any
 
 from twinkle_agentic import metrics
 from twinkle_agentic.data_format import Trajectory
+from twinkle_agentic.rollout.feed import LiveFeed
 
 from .activity import Activity
 from .config import EngineConfig, FarmConfigError, FarmOptions, RolloutSpec
@@ -384,7 +389,7 @@ class RolloutFarm:
 
     # -- work ------------------------------------------------------------------------------------------
 
-    def run(self, trajectories: Iterable[Trajectory]) -> Iterator[FarmBatch]:
+    def run(self, trajectories: Iterable[Trajectory] | LiveFeed) -> Iterator[FarmBatch]:
         """Roll out every trajectory; yields batches as they finish (in completion order).
 
         ``trajectories`` may be any iterable, e.g. a generator over a large file: it is read lazily,
@@ -394,11 +399,16 @@ class RolloutFarm:
         remembered. A bad trajectory raises when it is read: before any worker starts if it is in
         the first window, otherwise from the loop reading ``run``. Call ``start()`` first (``run``
         starts the workers itself if it was not called).
+
+        From a ``LiveFeed`` the run takes what has been put (a partial batch rather than none), runs
+        until the feed is closed and all it took has come back, and yields an empty ``FarmBatch`` (no
+        trajectories, ``worker`` None, ``attempts`` 0) after each ``wake``: the caller may then call
+        ``update_weights`` or put more before reading on.
         """
         feed = _Feed(trajectories, self.options.batch_size)
         queue: deque[Batch] = deque()
         feed.fill(queue, self._window())
-        if not queue:
+        if not queue and feed.exhausted:
             return
         if all(slot.handle is None for slot in self.slots):
             self.start()
@@ -429,18 +439,24 @@ class RolloutFarm:
                 finished = self._out.popleft()
                 feed.release(finished.trajectories)
                 yield finished
+            if feed.woken():  # the caller asked for control (a live feed)
+                yield FarmBatch([], Activity(), 0, None, 0)
             for slot in self.slots:
                 if slot.state == "lost" and not slot.inflight:  # everything it held has come back or failed
                     self._replace(slot, slot.errors.pop())
             feed.fill(queue, self._window())
             if not queue and not any(slot.inflight for slot in self.slots):
-                break
+                if feed.exhausted:
+                    break
+                if not self._owner:  # a live feed with nothing put: wait for input or a wake-up
+                    feed.wait()
+                    continue
             if not any(slot.state != "retired" for slot in self.slots):
                 while queue:
                     self._give_up(queue.popleft(), "no rollout worker is left (every slot used its restarts)")
                 continue
             self._dispatch(queue)
-            self._step(queue)
+            self._step(queue, feed.poll_s)
 
     def _dispatch(self, queue: deque[Batch]) -> None:
         """Hand out batches round-robin until every ready worker holds ``inflight_per_worker``; a suspect
@@ -483,9 +499,10 @@ class RolloutFarm:
             self._warned_stale = True
         return ready
 
-    def _step(self, queue: deque[Batch]) -> None:
+    def _step(self, queue: deque[Batch], poll_s: float | None = None) -> None:
         """Handle every event that has happened (batches back, workers ready), waiting for the next one
-        (or a deadline) only when there is none; finished batches go to ``self._out``."""
+        (or a deadline, or at most ``poll_s``) only when there is none; finished batches go to
+        ``self._out``."""
         import ray
 
         if not self._owner:
@@ -493,7 +510,10 @@ class RolloutFarm:
         refs = list(self._owner)
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)  # all that are ready, in one call
         if not done:
-            done, _ = ray.wait(refs, num_returns=1, timeout=self._next_deadline())
+            timeout = self._next_deadline()
+            if poll_s is not None:
+                timeout = poll_s if timeout is None else min(timeout, poll_s)
+            done, _ = ray.wait(refs, num_returns=1, timeout=timeout)
             if not done:
                 self._expire(queue)
                 return
@@ -631,20 +651,41 @@ class RolloutFarm:
 
 class _Feed:
     """A run's input, cut into batches as the queue needs them; ids are checked against the trajectories
-    the farm holds (read and not yet yielded), so the check, like the rest, does not grow with the run."""
+    the farm holds (read and not yet yielded), so the check, like the rest, does not grow with the run.
+    A ``LiveFeed`` gives what has been put so far (``poll_s`` bounds the driver's waits meanwhile)."""
 
-    def __init__(self, trajectories: Iterable[Trajectory], batch_size: int):
-        self._items = iter(trajectories)
+    def __init__(self, trajectories: Iterable[Trajectory] | LiveFeed, batch_size: int):
+        self._live = trajectories if isinstance(trajectories, LiveFeed) else None
+        self._items = iter(()) if self._live is not None else iter(trajectories)
         self._size = batch_size
         self._read = 0
         self._held: set[Any] = set()
-        self.exhausted = False
+        self._ended = False
+        self.poll_s = self._live.poll_s if self._live is not None else None
+
+    @property
+    def exhausted(self) -> bool:
+        """No more input will come."""
+        return self._live.exhausted if self._live is not None else self._ended
+
+    def woken(self) -> bool:
+        return self._live is not None and self._live.take_wake()
+
+    def wait(self) -> None:
+        """Nothing is queued or in flight: wait for a live feed's next input, close or wake-up."""
+        if self._live is not None:
+            self._live.wait(1.0)
 
     def fill(self, queue: deque[Batch], target: int) -> None:
-        """Append batches until ``queue`` holds ``target`` or the input ends."""
-        while not self.exhausted and len(queue) < target:
-            batch = list(itertools.islice(self._items, self._size))
-            self.exhausted = len(batch) < self._size
+        """Append batches until ``queue`` holds ``target`` or the input ends (or, live, has no more yet)."""
+        while not self._ended and len(queue) < target:
+            if self._live is not None:
+                batch = self._live.take(self._size)
+                if not batch:
+                    return
+            else:
+                batch = list(itertools.islice(self._items, self._size))
+                self._ended = len(batch) < self._size
             for trajectory in batch:
                 self._admit(trajectory)
             if batch:

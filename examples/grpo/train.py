@@ -11,8 +11,10 @@ optimizer step of the GRPO loss (``twinkle_agentic.rl``) on the trajectories' to
 copy of the model in torch, and pushes the new weights into the engine with
 ``farm.update_weights(model.state_dict())``. ``--no-update`` runs the same loop without the push:
 the engine keeps sampling from the initial weights, the control. ``--overlap`` rolls out the next
-steps while the trainer trains (``twinkle_agentic.rollout.overlap``), at most ``--max-staleness``
-policy versions behind the trainer; ``--run-steps N`` makes each farm run wait to carry N steps.
+steps while the trainer trains (``twinkle_agentic.rollout.overlap``: one farm run for the whole
+training, each step fed into it as soon as the bound allows), at most ``--max-staleness`` policy
+versions behind the trainer; ``--run-steps N`` feeds steps N at a time; ``--on-update`` says what a
+weight update does to trajectories in flight.
 ``--tool-latency SPEC`` delays every tool call on the Serve replica by a seeded heavy-tailed draw
 (``twinkle_agentic.demo.latency``: ``lognormal:median=0.3,sigma=1.0``, ``pareto:scale=0.1,alpha=1.5``,
 ``fixed:seconds=0.2``; the same call waits the same in every run of a seed); ``--mode async`` runs
@@ -24,12 +26,13 @@ trajectories), ``groups``, ``failed_groups``, ``mismatch_mean_abs`` / ``mismatch
 token, |engine logprob - trainer logprob| on the rollout tokens under the weights that generated
 them), ``rollout_s``, ``train_s``, ``update_s``, ``tool_calls`` and ``tool_wait_max_s`` (the longest
 delay ``--tool-latency`` gave one of the step's calls), and the loss's figures. With ``--overlap``,
-``policy_version`` is the oldest version of the step's tokens (the mismatch is taken under the
-trainer's weights of that version), ``staleness`` the trainer's version minus it, ``stale_groups``
-the groups found staler than the bound, ``rollout_s`` how long the trainer waited for the step and
-``update_s`` the posting of the weights (the farm loads them in the background), ``farm_s`` the
-farm's time from the start of the step's run to its last group, ``queued_s`` how long the step could
-have started (the bound allowed it) but waited for the farm's run in progress to end.
+``policy_version`` is the oldest version of the step's tokens (the mismatch is taken per token under
+the trainer's weights of the version that generated it), ``staleness`` the trainer's version minus
+it, ``stale_groups`` the groups found staler than the bound, ``rollout_s`` how long the trainer
+waited for the step and ``update_s`` the posting of the weights (the farm loads them in the
+background), ``farm_s`` the farm's time from putting the step into the run to its last group,
+``queued_s`` from when the bound allowed the step to when it was put (the farm thread loading the
+weights it starts on).
 """
 
 from __future__ import annotations
@@ -144,16 +147,39 @@ def scored_members(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [member for group in groups if not group[0]["group_failed"] for member in group]
 
 
+def generating_logprobs(reference: Any, members: list[dict[str, Any]], batch: Any) -> Any:
+    """The trainer's logprob of every rollout token under the weights that generated it. ``reference``
+    is one model, or a mapping version -> model: then each token is taken under its own version (its
+    ``policy_versions`` span; a weight update that lands during a trajectory splits it), one forward
+    pass per version present."""
+    import torch
+
+    from twinkle_agentic.rl import policy_logprobs
+
+    if not isinstance(reference, dict):
+        return policy_logprobs(reference, batch)
+    versions = torch.full(batch.mask.shape, -1, dtype=torch.long)
+    for row, member in enumerate(members):
+        versions[row] = member["policy_version"]
+        for span in member.get("policy_versions") or ():
+            versions[row, span["start"] : span["end"]] = span["version"]
+    out = torch.zeros(batch.mask.shape, dtype=torch.float32)
+    for version in versions[batch.mask].unique().tolist():
+        out = torch.where(versions == version, policy_logprobs(reference[version], batch), out)
+    return out
+
+
 def train_step(model: Any, reference: Any, optimizer: Any, members: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, float]:
     """One optimizer step of the GRPO loss on ``members``; ``reference`` holds the weights that
-    generated them (the mismatch and, with ``--tis-cap``, the importance weights are taken there)."""
+    generated them (one model, or one per version: ``generating_logprobs``); the mismatch and, with
+    ``--tis-cap``, the importance weights are taken there."""
     import torch
 
     from twinkle_agentic.rl import GRPOLossConfig, TokenBatch, grpo_loss, mismatch, policy_logprobs
 
     batch = TokenBatch.of(members, [m["advantage"] for m in members], pad_id=args.pad_id)
     with torch.no_grad():
-        generating = policy_logprobs(reference, batch)
+        generating = generating_logprobs(reference, members, batch)
     figures = mismatch(batch.rollout_logprobs, generating, batch.mask)
     config = GRPOLossConfig(clip_low=0.2, clip_high=0.2, tis_cap=args.tis_cap)
     loss, stats = grpo_loss(policy_logprobs(model, batch), batch, config, old_logp=generating)
@@ -203,6 +229,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=1,
         help="with --overlap: steps a farm run waits to carry, 1 to max-staleness + 1 (default 1: start at once)",
+    )
+    parser.add_argument(
+        "--on-update",
+        choices=("abort_and_resume", "finish"),
+        default="abort_and_resume",
+        help="with --overlap: what loading new weights does to the trajectories in flight: abort_and_resume "
+        "(default: they go on under the new weights at once, so the next step starts without waiting for "
+        "them) or finish (the load waits until they end)",
     )
     parser.add_argument(
         "--trainer-threads",
@@ -271,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
 
             overlap = OverlappedRollout(
                 farm, make_items, max_staleness=args.max_staleness, steps=args.steps, groups=cfg.groups,
-                run_steps=args.run_steps,
+                run_steps=args.run_steps, on_update=args.on_update,
             )  # fmt: skip
         # with --overlap: the trainer's weights of each version the coming steps' tokens may come from
         weights_at = {farm.policy_version: copy.deepcopy(model).eval()} if overlap and not args.no_update else None
@@ -298,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                 members = scored_members(groups)
                 rewards = [m["reward"] for m in members]
                 waits = [d for g in groups for m in g for d in trajectory_delays(m["messages"], args.tool_latency, args.seed)]
-                generating = reference if weights_at is None or not members else weights_at[version]
+                generating = reference if weights_at is None else weights_at
                 figures = train_step(model, generating, optimizer, members, args) if members else {}
                 t2 = time.perf_counter()
                 if overlap is not None:  # the farm loads them in the background

@@ -64,3 +64,65 @@ def test_a_bad_trajectory_past_the_first_window_raises_from_the_loop_reading_run
                 got += len(finished.trajectories)
         assert 0 < got < 200
         f.shutdown()
+
+
+def test_a_live_feed_run_takes_trajectories_put_while_others_are_in_flight():
+    from twinkle_agentic.rollout.feed import LiveFeed
+
+    feed = LiveFeed(poll_s=1.0)  # virtual seconds: SimWorker batches take ~20
+    feed.put(prompts(8))  # two batches of 4
+    back: list[int] = []
+    first_lot_left_at_put = None
+    with SimRay().install():
+        f = farm(engines=2, batch_size=4, inflight=2)
+        for batch in f.run(feed):
+            back += [t["trajectory_id"] for t in batch.trajectories]
+            if back and first_lot_left_at_put is None:  # the first batch is back, the second in flight
+                first_lot_left_at_put = 8 - len(back)
+                feed.put({"trajectory_id": 100 + i, "messages": []} for i in range(6))
+            if len(back) == 14:
+                feed.close()
+        f.shutdown()
+    assert first_lot_left_at_put == 4  # put while a batch of the first lot was still in flight
+    assert sorted(back) == [*range(8), *range(100, 106)]  # each once, in the one run
+
+
+def test_a_live_feed_run_yields_an_empty_batch_when_woken_and_waits_for_input():
+    import threading
+
+    from twinkle_agentic.rollout.feed import LiveFeed
+
+    feed = LiveFeed(poll_s=1.0)
+    feed.wake()
+    batches = []
+    with SimRay().install():
+        f = farm(engines=1, batch_size=4, inflight=1)
+        run = f.run(feed)
+        batches.append(next(run))  # nothing put yet: the wake-up comes back at once
+        assert batches[0].trajectories == [] and batches[0].worker is None and batches[0].attempts == 0
+
+        def later():  # another thread: the run waits for it without spinning
+            feed.put(prompts(3))
+            feed.close()
+
+        threading.Timer(0.1, later).start()
+        batches += list(run)
+        f.shutdown()
+    assert sorted(t["trajectory_id"] for b in batches for t in b.trajectories) == [0, 1, 2]
+    assert len(batches) == 2  # a partial batch of 3, not held back for a fourth
+
+
+def test_a_closed_empty_live_feed_starts_nothing_and_a_closed_feed_refuses_input():
+    from twinkle_agentic.errors import ConfigError
+    from twinkle_agentic.rollout.feed import LiveFeed
+
+    feed = LiveFeed()
+    feed.close()
+    with SimRay().install():
+        f = farm(engines=1)
+        assert list(f.run(feed)) == []
+        assert f.handles == [None]
+    with pytest.raises(RuntimeError, match="the feed is closed"):
+        feed.put(prompts(1))
+    with pytest.raises(ConfigError, match="poll_s must be a number of seconds > 0"):
+        LiveFeed(poll_s=0)

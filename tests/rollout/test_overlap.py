@@ -26,10 +26,15 @@ def make_items(step: int) -> list[dict]:
 
 
 class FakeFarm:
-    """A farm in one process: ``run`` yields batches of ``batch_size`` (``delay`` seconds each), each
-    trajectory stamped with the version it ran under; ``stamp`` overrides that version per group on
-    its first run (a worker that served old weights); ``stuck`` stamps version 0 always; ``fail`` names
-    trajectory ids that come back failed with no tokens. Records the threads that touched it."""
+    """A farm in one process: ``run`` reads a ``LiveFeed`` as ``RolloutFarm.run`` does (what has been
+    put, an empty batch after a wake-up, the end once the feed is closed) and yields batches of up to
+    ``batch_size`` (``delay`` seconds each), each trajectory stamped with the version it ran under;
+    ``stamp`` overrides that version per trajectory on its first run (a worker that served old
+    weights); ``stuck`` stamps version 0 always; ``fail`` names trajectory ids that come back failed
+    with no tokens. ``hold`` stops the whole farm on a group until released; ``park`` keeps only that
+    group's batch in flight while the farm goes on with others. Records the threads that touched it,
+    its runs, ``(step, version)`` whenever a step's items were taken from the feed, and the events
+    ``("take" | "back", group id)``."""
 
     def __init__(self, batch_size: int = 2, delay: float = 0.0, stamp: dict | None = None, stuck: bool = False,
                  fail: set | None = None):  # fmt: skip
@@ -38,23 +43,57 @@ class FakeFarm:
         self.stamp = dict(stamp or {})
         self.fail = set(fail or ())
         self.updates: list[tuple[int, object]] = []
+        self.on_update: list[str | None] = []
         self.ran: list[str] = []
         self.threads: set[int] = set()
         self.hold: dict[str, threading.Event] = {}  # group id -> released when set (the run waits)
         self.holding = threading.Event()  # set when a run waits on a hold
+        self.park: dict[str, threading.Event] = {}  # group id -> its batch comes back once set
+        self.runs = 0
+        self.taken: list[tuple[int, int]] = []  # (step, the farm's version) as items were taken
+        self.events: list[tuple[str, str]] = []
 
-    def run(self, items):
+    def run(self, feed):
         self.threads.add(threading.get_ident())
-        items = list(items)
-        for i in range(0, len(items), self.batch_size):
-            batch = items[i : i + self.batch_size]
+        self.runs += 1
+        parked: list[tuple[threading.Event, list]] = []
+        backlog: list[dict] = []
+        while True:
+            for entry in [entry for entry in parked if entry[0].is_set()]:
+                parked.remove(entry)
+                yield self._back(entry[1])
+            if feed.take_wake():
+                yield SimpleNamespace(trajectories=[])
+            new = feed.take(1 << 20)  # everything put so far, as the driver's queue takes it
+            for step in dict.fromkeys(int(item["group_id"].split("-")[0]) for item in new):
+                self.taken.append((step, self.policy_version))
+            self.events += [("take", item["group_id"]) for item in new]
+            backlog += new
+            batch, backlog = backlog[: self.batch_size], backlog[self.batch_size :]
+            if not batch:
+                if feed.exhausted and not parked:
+                    return
+                feed.wait(0.01)
+                continue
+            park = next((self.park[i["group_id"]] for i in batch if i["group_id"] in self.park), None)
+            if park is not None:
+                parked.append((park, [self._finish(item) for item in batch]))  # stamped as it starts
+                continue
             for item in batch:
                 event = self.hold.get(item["group_id"])
                 if event is not None:
                     self.holding.set()
                     assert event.wait(5), "held too long"
             time.sleep(self.delay)
-            yield SimpleNamespace(trajectories=[self._finish(item) for item in batch])
+            yield self._back([self._finish(item) for item in batch])
+
+    def _back(self, trajectories: list) -> SimpleNamespace:
+        self.events += [("back", t["group_id"]) for t in trajectories]
+        return SimpleNamespace(trajectories=trajectories)
+
+    def steps_taken(self) -> list[int]:
+        """Each step once, in the order the farm first took it."""
+        return list(dict.fromkeys(step for step, _ in self.taken))
 
     def _finish(self, item: dict) -> dict:
         self.ran.append(item["trajectory_id"])
@@ -65,8 +104,9 @@ class FakeFarm:
         return {**item, "stop_reason": "stop", "reward": float(item["sample"]), "policy_version": version,
                 "policy_versions": [{"version": version, "start": 1, "end": 2}]}  # fmt: skip
 
-    def update_weights(self, weights, *, version=None):
+    def update_weights(self, weights, *, version=None, on_update=None):
         self.threads.add(threading.get_ident())
+        self.on_update.append(on_update)
         self.policy_version = version if version is not None else self.policy_version + 1
         self.updates.append((self.policy_version, weights))
         return self.policy_version
@@ -139,70 +179,77 @@ def test_overlap_beats_synchronous_wall_time():
     assert timed(1) < 0.8 * timed(0)
 
 
-class RunsFarm(FakeFarm):
-    """A ``FakeFarm`` that records the steps of each run (from the group ids)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.runs: list[list[int]] = []
-
-    def run(self, items):
-        items = list(items)
-        self.runs.append(sorted({int(item["group_id"].split("-")[0]) for item in items}))
-        yield from super().run(items)
-
-
-def test_every_step_the_gate_lets_start_goes_into_one_run():
-    farm = RunsFarm(delay=0.01)
+def test_one_farm_run_takes_each_step_as_the_gate_lets_it_start():
+    farm = FakeFarm(delay=0.01)
     with OverlappedRollout(farm, make_items, max_staleness=2, steps=5) as rollout:
         assert rollout.next_step().step == 0
         time.sleep(0.2)  # the farm is idle, waiting on the gate: step 3 needs step 0 finished
+        assert farm.steps_taken() == [0, 1, 2]  # steps 0-2 were all allowed at the start
         rollout.finish_step({"w": 1})
         out = train(rollout, 4)
-    assert farm.runs[0] == [0, 1, 2]  # steps 0-2 were all allowed at the start: one run
-    assert farm.runs[1] == [3]
-    assert sorted(sum(farm.runs, [])) == list(range(5))  # each step rolled once
+    assert farm.runs == 1  # one run for the whole training
+    assert farm.steps_taken() == [0, 1, 2, 3, 4]
     assert [s.step for s in out] == [1, 2, 3, 4]
     assert all(sorted(ids(s)) == [f"{s.step}-{g}" for g in range(GROUPS)] for s in out)
     assert all(s.staleness <= 2 for s in out)
 
 
-def test_a_step_is_handed_over_while_its_run_still_rolls_out_a_later_step():
-    farm = RunsFarm()
+def test_a_step_is_handed_over_while_the_run_still_rolls_out_a_later_step():
+    farm = FakeFarm()
     farm.hold["1-2"] = threading.Event()  # step 1's last group waits until released
     with OverlappedRollout(farm, make_items, max_staleness=1, steps=2) as rollout:
         assert farm.holding.wait(2)
-        first = rollout.next_step()  # does not wait for the end of the run
-        assert farm.runs == [[0, 1]] and sorted(ids(first)) == ["0-0", "0-1", "0-2"]
+        first = rollout.next_step()  # does not wait for step 1
+        assert farm.steps_taken() == [0, 1] and sorted(ids(first)) == ["0-0", "0-1", "0-2"]
         rollout.finish_step({"w": 1})
         farm.hold["1-2"].set()
         second = rollout.next_step()
         rollout.finish_step({"w": 2})
     assert sorted(ids(second)) == ["1-0", "1-1", "1-2"]
-    assert first.rollout_s <= second.rollout_s
 
 
-def test_run_steps_makes_the_farm_wait_for_full_runs():
-    farm = RunsFarm(delay=0.01)
+def test_the_next_step_starts_on_the_new_weights_while_the_slow_tail_of_the_last_is_in_flight():
+    farm = FakeFarm()
+    farm.park["1-2"] = threading.Event()  # step 1's last group is slow; the farm works on meanwhile
+    with OverlappedRollout(farm, make_items, max_staleness=1, steps=3, on_update="abort_and_resume") as rollout:
+        first = rollout.next_step()
+        rollout.finish_step({"w": 1})  # the gate opens step 2 while 1-2 is in flight
+        deadline = time.monotonic() + 2
+        while ("back", "2-2") not in farm.events and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert ("back", "2-2") in farm.events and ("back", "1-2") not in farm.events
+        time.sleep(0.2)
+        farm.park["1-2"].set()
+        out = [first, *train(rollout, 2)]
+    assert farm.runs == 1 and farm.steps_taken() == [0, 1, 2]
+    assert (2, 1) in farm.taken  # step 2 was taken after the weights of version 1 were loaded
+    assert farm.on_update == ["abort_and_resume"] * 3
+    assert out[2].queued_s < 0.1  # put into the run at once, not after 1-2 came back
+    assert out[1].rollout_s >= 0.2 and out[2].rollout_s < 0.2
+    assert [s.staleness for s in out] == [0, 1, 1]
+
+
+def test_run_steps_puts_steps_into_the_run_k_at_a_time():
+    farm = FakeFarm(delay=0.01)
     with OverlappedRollout(farm, make_items, max_staleness=1, steps=5, run_steps=2) as rollout:
         out = train(rollout, 5, train_s=0.02)
-    assert farm.runs == [[0, 1], [2, 3], [4]]  # the last run carries the one step left
-    assert [s.staleness for s in out] == [0, 1, 0, 1, 1]  # a run's second step is one version old
-    assert [s.oldest_version for s in out] == [0, 0, 2, 2, 3]  # step 4 alone starts as soon as allowed
+    assert farm.runs == 1
+    assert farm.taken == [(0, 0), (1, 0), (2, 2), (3, 2), (4, 3)]  # put in pairs; step 4 alone as soon as allowed
+    assert [s.oldest_version for s in out][::2] == [0, 2, 3] and all(s.staleness <= 1 for s in out)
     with pytest.raises(ConfigError, match="run_steps must be an integer from 1 to max_staleness"):
         OverlappedRollout(FakeFarm(), make_items, max_staleness=1, run_steps=3)
 
 
-def test_queued_s_is_how_long_an_open_step_waited_for_the_run_in_progress():
-    farm = RunsFarm()
-    farm.hold["1-2"] = threading.Event()  # the run of steps 0 and 1 waits on step 1's last group
+def test_queued_s_is_how_long_an_open_step_waited_to_be_put_into_the_run():
+    farm = FakeFarm()
+    farm.hold["1-2"] = threading.Event()  # the whole farm stops on step 1's last group
     with OverlappedRollout(farm, make_items, max_staleness=1, steps=3) as rollout:
         first = rollout.next_step()
-        rollout.finish_step({"w": 1})  # the gate opens step 2; the farm is still in the first run
+        assert farm.holding.wait(2)
+        rollout.finish_step({"w": 1})  # the gate opens step 2; the thread is stuck in the farm
         time.sleep(0.3)
         farm.hold["1-2"].set()
         out = [first, *train(rollout, 2)]
-    assert farm.runs[:2] == [[0, 1], [2]]
     assert out[0].queued_s < 0.1 and out[1].queued_s < 0.1
     assert out[2].queued_s >= 0.3
 
@@ -218,10 +265,10 @@ def test_group_ids_shared_by_two_steps_are_refused():
 
 
 def test_retried_members_are_counted_on_their_step():
-    farm = RunsFarm(fail={"1-0/s1"})  # fails once: its retry runs under another id
+    farm = FakeFarm(fail={"1-0/s1"})  # fails once: its retry runs under another id, in the same run
     with OverlappedRollout(farm, make_items, max_staleness=1, steps=2) as rollout:
         out = train(rollout, 2)
-    assert farm.runs[0] == [0, 1]
+    assert farm.runs == 1 and farm.ran.count("1-0/s1/retry1") == 1
     assert (out[0].retried_members, out[1].retried_members) == (0, 1)
     assert out[1].failed_groups == 0
 
@@ -360,7 +407,7 @@ def test_a_group_without_versions_is_refused():
 
 def test_protocol_and_config_errors():
     for kwargs, match in [({"max_staleness": -1}, "max_staleness"), ({"on_stale": "keep"}, "on_stale"),
-                          ({"steps": 0}, "steps")]:  # fmt: skip
+                          ({"steps": 0}, "steps"), ({"on_update": "later"}, "on_update must be one of")]:  # fmt: skip
         with pytest.raises(ConfigError, match=match):
             OverlappedRollout(FakeFarm(), make_items, **kwargs)
     with OverlappedRollout(FakeFarm(), make_items, max_staleness=0, steps=1) as rollout:

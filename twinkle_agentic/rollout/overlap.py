@@ -1,15 +1,16 @@
 """Overlapped rollout: the farm generates the next steps' groups while the trainer trains, with staleness bounded in policy versions.
 
-One background thread owns the farm (``RolloutFarm`` is not thread-safe): it rolls out the steps'
-trajectories with ``roll_groups`` and applies the weights the trainer posts, between batches or while
-idle, so the farm is only ever touched by that thread. Every step the gate (below) lets start, and
-every group sent back to be regenerated, goes into one farm run, so their trajectories share the
-engines and one step's slow tool calls overlap another's generation; a step is handed over as soon
-as its own groups are out, whatever else its run still rolls out. A farm run takes its trajectories
-when it starts, so a step the gate opens while a run is going waits for that run to end. With
-``run_steps=k`` (at most ``max_staleness + 1``) a run starts only once the gate lets ``k`` steps start
-(or all the steps left): the farm waits for the trainer's weights so that fewer runs pay the wait
-for their slowest trajectory; regenerated groups start at once. The trainer's thread calls, once per step,
+One background thread owns the farm (``RolloutFarm`` is not thread-safe) and reads one farm run that
+lasts the whole training, fed through a ``LiveFeed`` (``twinkle_agentic.rollout.feed``). Whenever a
+batch comes back, or the trainer posts weights or sends a group back (which wakes the run), that
+thread loads the newest posted weights (``farm.update_weights`` with ``on_update``; under
+``abort_and_resume`` trajectories in flight go on under the new weights at once instead of holding
+the update until they end) and then puts into the feed every group to regenerate, every failed
+member to retry, and every step the gate (below) lets start. So a step starts the moment its
+weights are loaded, while the slow tail of the step before is still in flight, and a step is handed
+over as soon as its own groups are out. With ``run_steps=k`` (at most ``max_staleness + 1``) steps
+are put ``k`` at a time, once the gate lets ``k`` start (or all the steps left), so that they
+start on the same weights. The trainer's thread calls, once per step,
 ``next_step()`` (the step's complete groups) and ``finish_step(weights)`` (the step's new weights, or
 None when weights are not pushed). Posted weights go to a one-slot mailbox: a newer post replaces an
 older one not yet applied, so the farm always loads the newest weights and never a backlog.
@@ -45,8 +46,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from twinkle_agentic.errors import ConfigError
+from twinkle_agentic.sampler.weights import ON_UPDATE_MODES
 
-from .groups import GroupCollector, GroupConfig, roll_groups
+from .feed import LiveFeed
+from .groups import GroupCollector, GroupConfig
 
 ON_STALE = ("regenerate", "drop")
 POLL_S = 0.2  # how often a waiting next_step checks that the background thread is alive
@@ -57,9 +60,12 @@ class Farm(Protocol):
 
     policy_version: int
 
-    def run(self, trajectories: Iterable[dict[str, Any]]) -> Iterable[Any]: ...
+    def run(self, trajectories: LiveFeed) -> Iterable[Any]: ...
 
     def update_weights(self, weights: Any, *, version: int | None = None) -> int: ...
+
+    # also ``update_weights(..., on_update=mode)`` when ``OverlappedRollout`` is given ``on_update``;
+    # ``run`` takes a ``LiveFeed``: it yields batches (``.trajectories``), and an empty one on ``wake``
 
 
 @dataclass
@@ -75,9 +81,9 @@ class OverlapStep:
     dropped_groups: int = 0  # of those, dropped (on_stale="drop")
     failed_groups: int = 0  # handed groups marked failed (group_failed)
     retried_members: int = 0  # failed members rolled out again in a fresh rollout
-    rollout_s: float = 0.0  # from the start of the step's run to its last group (regenerations added)
+    rollout_s: float = 0.0  # from when the step was put into the feed to its last group (regenerations added)
     wait_s: float = 0.0  # how long next_step waited for it
-    queued_s: float = 0.0  # from when the gate let the step start to the start of its run
+    queued_s: float = 0.0  # from when the gate let the step start to when it was put into the feed
 
     @property
     def staleness(self) -> int:
@@ -130,8 +136,9 @@ class OverlappedRollout:
 
     ``make_items(step)`` gives a step's trajectories (each with ``trajectory_id``, ``group_id`` and
     ``group_size``; group ids unique across steps); it is called on the background thread, in step
-    order. ``steps`` bounds how many steps are rolled out (None: until ``close``). Use as a context
-    manager, or call ``close``.
+    order. ``steps`` bounds how many steps are rolled out (None: until ``close``). ``on_update`` is
+    passed to ``farm.update_weights`` (None: the farm's default). Use as a context manager, or call
+    ``close``.
     """
 
     def __init__(
@@ -144,6 +151,7 @@ class OverlappedRollout:
         steps: int | None = None,
         run_steps: int = 1,
         groups: GroupConfig | None = None,
+        on_update: str | None = None,
     ):
         if isinstance(max_staleness, bool) or not isinstance(max_staleness, int) or max_staleness < 0:
             raise ConfigError(
@@ -166,8 +174,11 @@ class OverlappedRollout:
                 f"run_steps must be an integer from 1 to max_staleness + 1 = {max_staleness + 1} (a run carries "
                 f"at most the steps the gate lets start at once), got {run_steps!r}"
             )
+        if on_update is not None and on_update not in ON_UPDATE_MODES:
+            raise ConfigError(f"on_update must be one of {list(ON_UPDATE_MODES)} or None, got {on_update!r}")
         self.steps = steps
         self.run_steps = run_steps
+        self.on_update = on_update
         self.group_config = (groups or GroupConfig()).validate()
         self.stale_groups = 0
         self.regenerated_groups = 0
@@ -181,6 +192,7 @@ class OverlappedRollout:
         self._regenerate: deque[tuple[int, list[dict[str, Any]]]] = deque()  # (step, group inputs) (guarded)
         self._closing = False  # (guarded)
         self._out: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._feed = LiveFeed()  # the farm run's input; woken whenever the trainer posts something
         self._pending: dict[int, _Pending] = {}
         self._handed = 0  # steps handed to the trainer
         self._error: BaseException | None = None
@@ -241,7 +253,7 @@ class OverlappedRollout:
                 self._mailbox = (self._version, weights)  # replaces older weights not yet applied
             self._finished += 1
             self._finished_at.append(time.perf_counter())
-            self._cond.notify_all()
+        self._feed.wake()
         return self._version
 
     def close(self) -> None:
@@ -250,7 +262,7 @@ class OverlappedRollout:
         Raises an error of the background thread that was never raised."""
         with self._cond:
             self._closing = True
-            self._cond.notify_all()
+        self._feed.wake()
         self._thread.join()
         if self._error is not None and not self._error_reported:
             self._raise_error()
@@ -324,7 +336,7 @@ class OverlappedRollout:
             pending.regenerating += 1
             with self._cond:
                 self._regenerate.append((step, inputs))
-                self._cond.notify_all()
+            self._feed.wake()
             return
         if regenerated:
             result.regenerated_groups += 1
@@ -335,39 +347,59 @@ class OverlappedRollout:
 
     def _produce(self) -> None:
         try:
-            step = 0
-            while True:
-                with self._cond:
-                    while not (self._closing or self._mailbox or self._regenerate or self._run_ready(step)):
-                        self._cond.wait()
-                    parts = [(origin, inputs, True) for origin, inputs in self._regenerate]
-                    self._regenerate.clear()
-                    closing = self._closing
-                self._apply_weights()
-                if closing:
-                    return
-                failure = None
-                while self._run_ready(step) or (parts and self._may_start(step)):  # all the gate lets start
-                    try:
-                        parts.append((step, self.make_items(step), False))
-                    except Exception as exc:  # the steps before it still roll out
-                        failure = exc
-                        break
-                    step += 1
-                if parts:
-                    self._roll(parts)
-                if failure is not None:
-                    raise failure
+            self._feed_run()
         except BaseException as exc:  # raised in the trainer's thread
             self._error = exc
             self._out.put(("error", None, exc))
+
+    def _feed_run(self) -> None:
+        """Drive one farm run over the whole training: before reading each batch (or wake-up), load the
+        posted weights, then put every regenerated group and every step the gate lets start into the
+        feed, so the farm starts them while earlier steps' trajectories are still in flight."""
+        tracker = _Tracker(self._out, self.group_config)
+        batches = iter(self.farm.run(self._feed))
+        step = 0
+        failure: Exception | None = None  # of make_items: raised once the steps before it are out
+        try:
+            while True:
+                with self._cond:
+                    regenerate = list(self._regenerate)
+                    self._regenerate.clear()
+                    closing = self._closing
+                if closing:
+                    break
+                self._apply_weights()
+                for origin, inputs in regenerate:
+                    self._feed.put(tracker.start(origin, inputs, regenerated=True))
+                putting = False  # once run_steps steps may start, every step the gate lets start goes too
+                while failure is None and (self._run_ready(step) or (putting and self._may_start(step))):
+                    try:
+                        items = self.make_items(step)
+                    except Exception as exc:
+                        failure = exc
+                        break
+                    self._feed.put(tracker.start(step, items, queued_s=time.perf_counter() - self._opened_at(step)))
+                    step, putting = step + 1, True
+                if failure is not None and not tracker.open_steps:
+                    raise failure
+                batch = next(batches, None)  # a batch, or an empty one when the trainer woke the feed
+                if batch is None:
+                    raise RuntimeError("the farm's run ended while its feed was open")
+                self._feed.put(tracker.collect(batch.trajectories))
+        finally:
+            self._feed.close()
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+            tracker.abandon()
+        self._apply_weights()  # closing: the farm ends serving the trainer's last weights
 
     def _may_start(self, step: int) -> bool:
         """The gate: step ``step`` may start once the trainer finished step ``step - max_staleness``."""
         return (self.steps is None or step < self.steps) and self._finished >= step - self.max_staleness
 
     def _run_ready(self, step: int) -> bool:
-        """A run may start at ``step``: the gate lets ``run_steps`` steps start (or all that are left)."""
+        """Step ``step`` may go into the feed: the gate lets ``run_steps`` steps start (or all that are left)."""
         last = step + self.run_steps - 1
         if self.steps is not None:
             last = min(last, self.steps - 1)
@@ -385,65 +417,93 @@ class OverlappedRollout:
             posted, self._mailbox = self._mailbox, None
         if posted is not None:
             version, weights = posted
-            loaded = self.farm.update_weights(weights, version=version)
+            options = {} if self.on_update is None else {"on_update": self.on_update}
+            loaded = self.farm.update_weights(weights, version=version, **options)
             if loaded != version:
                 raise RuntimeError(
                     f"the farm loaded the trainer's version {version} as policy version {loaded}"
                 )
 
-    def _roll(self, parts: list[tuple[int, list[dict[str, Any]], bool]]) -> None:
-        """Roll out the items of ``parts`` (``(step, items, regenerated)``) in one farm run, so the
-        trajectories of every step the gate let start share the engines and one step's slow tool calls
-        overlap another's generation. Each group goes out with its inputs as it completes; weights
-        posted meanwhile are applied between batches. Stops after a batch when closing."""
-        started = time.perf_counter()
-        queued = {
-            step: max(0.0, started - self._opened_at(step))
-            for step, _, regenerated in parts
-            if not regenerated
-        }
+
+class _Tracker:
+    """The background thread's account of the run: which step each group belongs to, the groups each
+    step still waits for, and the messages to the trainer's side (``("group", step, group, inputs,
+    regenerated)`` as each group completes; ``("rolled", step, seconds, retried members, complete,
+    queued seconds)`` when a step's groups, or a regenerated group, are all out)."""
+
+    def __init__(self, out: queue.Queue, config: GroupConfig):
+        self._out = out
+        self._collector = GroupCollector(config)
+        self._step_of: dict[str, int] = {}  # group id -> its step (kept: a later step may not reuse it)
+        self._inputs: dict[str, list[dict[str, Any]]] = {}  # group id -> its members' inputs, until it is out
+        self._regenerating: dict[str, float] = {}  # group id -> when it was put again
+        self._left: dict[int, int] = {}  # step -> its first-time groups not yet out
+        self._put_at: dict[int, float] = {}
+        self._queued: dict[int, float] = {}
+        self._retried: dict[int, int] = {}
+
+    @property
+    def open_steps(self) -> int:
+        """Steps put whose groups are not all out yet."""
+        return len(self._left)
+
+    def start(
+        self, step: int, items: list[dict[str, Any]], *, regenerated: bool = False, queued_s: float = 0.0
+    ) -> list[dict[str, Any]]:
+        """Register ``items`` (a step's, or one regenerated group's) and return them for the feed."""
         inputs: dict[str, list[dict[str, Any]]] = {}
-        origin: dict[str, tuple[int, bool]] = {}  # group id -> (its step, regenerated)
-        items: list[dict[str, Any]] = []
-        for step, part, regenerated in parts:
-            for item in part:
-                gid = str(item.get("group_id"))
-                if origin.setdefault(gid, (step, regenerated)) != (step, regenerated):
-                    raise ValueError(
-                        f"group id {gid!r} is used by steps {origin[gid][0]} and {step}: make_items must give "
-                        "each step's groups ids no other step uses (e.g. prefix them with the step)"
-                    )
-                inputs.setdefault(gid, []).append(dict(item))
-                items.append(item)
-        left = {step: 0 for step, _, _ in parts}  # step -> its groups not yet sent
-        for step, _ in origin.values():
-            left[step] += 1
-        fresh = {step for step, _, regenerated in parts if not regenerated}
-        retried = dict.fromkeys(left, 0)
-        collector = GroupCollector(self.group_config)
-        batches = roll_groups(self.farm.run, items, collector)
+        for item in items:
+            gid = str(item.get("group_id"))
+            if self._step_of.setdefault(gid, step) != step:
+                raise ValueError(
+                    f"group id {gid!r} is used by steps {self._step_of[gid]} and {step}: make_items must give "
+                    "each step's groups ids no other step uses (e.g. prefix them with the step)"
+                )
+            inputs.setdefault(gid, []).append(dict(item))
+        self._collector.expect(items)
+        self._inputs.update(inputs)
+        now = time.perf_counter()
+        if regenerated:
+            self._regenerating.update(dict.fromkeys(inputs, now))
+        else:
+            self._left[step] = len(inputs)
+            self._put_at[step], self._queued[step], self._retried[step] = now, max(0.0, queued_s), 0
+        return items
 
-        def rolled(step: int, complete: bool) -> None:  # the step's share of this run has ended
-            spent = time.perf_counter() - started
-            self._out.put(
-                ("rolled", step, spent, retried[step], complete and step in fresh, queued.pop(step, 0.0))
-            )
-            del left[step]
+    def collect(self, trajectories: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """File finished trajectories; send each completed group to the trainer's side. Returns the
+        failed members' retries, to be put into the feed."""
+        retries: list[dict[str, Any]] = []
+        for trajectory in trajectories:
+            collected = self._collector.add(trajectory)
+            retries += collected.retries
+            for group in collected.groups:
+                self._send(group)
+        return retries
 
-        try:
-            for _, groups in batches:
-                for group in groups:
-                    gid = str(group[0]["group_id"])
-                    step, regenerated = origin[gid]
-                    retried[step] += sum(max(0, int(m.get("member_attempts") or 1) - 1) for m in group)
-                    self._out.put(("group", step, group, inputs[gid], regenerated))
-                    left[step] -= 1
-                    if not left[step]:
-                        rolled(step, True)
-                if self._closing:
-                    return
-                self._apply_weights()
-        finally:
-            batches.close()
-            for step in list(left):  # closing, or an error: the step's rollout ended incomplete
-                rolled(step, False)
+    def _send(self, group: list[dict[str, Any]]) -> None:
+        gid = str(group[0]["group_id"])
+        step = self._step_of[gid]
+        retried = sum(max(0, int(m.get("member_attempts") or 1) - 1) for m in group)
+        regenerated_at = self._regenerating.pop(gid, None)
+        self._out.put(("group", step, group, self._inputs.pop(gid), regenerated_at is not None))
+        now = time.perf_counter()
+        if regenerated_at is not None:
+            self._out.put(("rolled", step, now - regenerated_at, retried, False, 0.0))
+            return
+        self._retried[step] += retried
+        self._left[step] -= 1
+        if not self._left[step]:
+            self._rolled(step, now, complete=True)
+
+    def _rolled(self, step: int, now: float, *, complete: bool) -> None:
+        del self._left[step]
+        self._out.put(
+            ("rolled", step, now - self._put_at.pop(step), self._retried.pop(step), complete, self._queued.pop(step))
+        )
+
+    def abandon(self) -> None:
+        """The run stopped (closing, or an error): the open steps' rollouts ended incomplete."""
+        now = time.perf_counter()
+        for step in list(self._left):
+            self._rolled(step, now, complete=False)
