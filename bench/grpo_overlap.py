@@ -4,17 +4,18 @@ tool latency; and whether the learning curve per step is worse with the overlap.
 
     python bench/grpo_overlap.py [--rounds 3] [--steps 10] [--seed 0] [--max-staleness 1]
                                  [--tool-latency lognormal:median=0.3,sigma=1.0] [--mode async] [--run-steps 1]
+                                 [--on-update abort_and_resume]
                                  [--output /tmp/grpo_overlap] [--json-out bench/results/grpo_overlap.jsonl]
 
 Each round runs ``examples/grpo/train.py`` twice as subprocesses, one after the other, with the same
 seed and the same latency model (each call's delay is fixed by the seed and the call, so both runs
 wait the same for the same call): ``sync`` (roll out, train, push, in turn) and ``overlap``
-(``--overlap --max-staleness N``). The order alternates between rounds so neither run always goes
+(``--overlap --max-staleness N --run-steps K --on-update MODE``). The order alternates between rounds so neither run always goes
 first on a machine whose load drifts.
 
 From each run's ``metrics.jsonl``: **steps per hour** = 3600 x (steps after the first two) / (their
 wall time, ``rollout_s + train_s + update_s``), the steady rate: the first two steps are left out
-because the overlapped run rolls both out in its first farm run (its step 1 then costs no wait) and
+because the overlapped run puts both into its farm run at the start (its step 1 then costs no wait) and
 both runs wait for the whole first rollout; and the mean reward per step (its first-3 / last-3
 means and their change).
 Per round the ratio overlap / sync of steps per hour; the figures reported are the medians over the
@@ -43,7 +44,7 @@ from bench.grpo_learning import WINDOW, run_example  # noqa: E402
 from bench.records import emit_record, git_sha  # noqa: E402
 
 GOAL_RATIO = 1.5
-WARMUP = 2  # steps left out of the rate: the overlap's first farm run carries steps 0 and 1
+WARMUP = 2  # steps left out of the rate: the overlap starts steps 0 and 1 together
 NOISE = 0.065  # one standard deviation of a first-3 to last-3 change (docs/bench/grpo.md)
 PHASES = ("rollout_s", "train_s", "update_s")
 
@@ -60,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the example's --tool-latency (default lognormal:median=0.3,sigma=1.0)",
     )
     p.add_argument("--run-steps", type=int, default=1, help="of the overlapped runs (default 1)")
+    p.add_argument(
+        "--on-update",
+        choices=("abort_and_resume", "finish"),
+        default="abort_and_resume",
+        help="of the overlapped runs: what a weight update does to trajectories in flight (default abort_and_resume)",
+    )
     p.add_argument(
         "--mode", choices=("sync", "async"), default="async", help="the example's --mode (default async)"
     )
@@ -185,6 +192,8 @@ def runs_of_round(index: int, args: argparse.Namespace) -> list[tuple[str, list[
                 str(args.max_staleness),
                 "--run-steps",
                 str(args.run_steps),
+                "--on-update",
+                args.on_update,
                 *threads,
             ],
         ),

@@ -55,4 +55,6 @@ def test_a_round_runs_sync_and_overlap_with_the_same_seed_and_latency_in_alterna
     assert [name for name, _ in first] == ["sync", "overlap"] and [name for name, _ in second] == ["overlap", "sync"]
     sync, overlap = dict(first)["sync"], dict(first)["overlap"]
     assert overlap[: len(sync)] == sync and "fixed:seconds=0.1" in sync
-    assert overlap[len(sync) :] == ["--overlap", "--max-staleness", "1", "--run-steps", "2"]
+    assert overlap[len(sync) :] == [
+        "--overlap", "--max-staleness", "1", "--run-steps", "2", "--on-update", "abort_and_resume",
+    ]  # fmt: skip
