@@ -11,8 +11,6 @@ import pytest
 
 from tests.support.paths import REPO_ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm]
-
 METRICS = {
     "step", "policy_version", "mean_reward", "reward_std", "groups", "failed_groups", "mismatch_mean_abs",
     "mismatch_p99_abs", "rollout_s", "train_s", "update_s", "loss", "clip_fraction",
@@ -30,6 +28,8 @@ def metrics(directory) -> list[dict]:
     return [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.integration
+@pytest.mark.vllm
 def test_the_grpo_example_trains_and_pushes_weights_and_its_control_does_not(ray_local, tmp_path):
     train = load_example()
     assert train.main(["--output", str(tmp_path / "update"), "--steps", "2", "--prompts", "4"]) == 0
@@ -46,6 +46,8 @@ def test_the_grpo_example_trains_and_pushes_weights_and_its_control_does_not(ray
     assert control[0]["mean_reward"] == lines[0]["mean_reward"]  # same seed, same weights: the same first step
 
 
+@pytest.mark.integration
+@pytest.mark.vllm
 def test_tool_latency_on_serve_delays_the_rollout_and_the_overlap_keeps_its_bound(ray_local, tmp_path):
     train = load_example()
     common = ["--steps", "2", "--prompts", "4", "--tool-latency", "fixed:seconds=1.5"]
@@ -66,6 +68,41 @@ def test_bad_arguments_are_refused_with_the_rule():
     train = load_example()
     with pytest.raises(SystemExit):
         train.parse_args(["--output", "x", "--group-size", "1"])
-    for bad in (["--tool-latency", "lognormal:median=0.3"], ["--overlap", "--run-steps", "3"]):
+    for bad in (["--tool-latency", "lognormal:median=0.3"], ["--overlap", "--run-steps", "3"], ["--on-update", "later"]):
         with pytest.raises(SystemExit):
             train.parse_args(["--output", "x", *bad])
+
+
+def test_the_mismatch_is_taken_per_token_under_the_version_that_generated_it():
+    """An update during a trajectory splits its tokens between two versions (``policy_versions``
+    spans); each token's trainer logprob comes from its own version's weights."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from twinkle_agentic.rl import TokenBatch, policy_logprobs
+
+    class Peaked(torch.nn.Module):  # predicts token `peak` everywhere, whatever the input
+        def __init__(self, peak: int):
+            super().__init__()
+            self.peak = peak
+
+        def forward(self, input_ids, attention_mask):
+            logits = torch.zeros(*input_ids.shape, 4)
+            logits[..., self.peak] = 3.0
+            return SimpleNamespace(logits=logits)
+
+    train = load_example()
+    members = [
+        {"input_ids": [0, 1, 1, 2], "labels": [-100, 1, 1, 2], "logprobs": [0.0] * 3, "policy_version": 2,
+         "policy_versions": [{"version": 1, "start": 1, "end": 3}, {"version": 2, "start": 3, "end": 4}]},
+        {"input_ids": [0, 1, 2], "labels": [-100, -100, 2], "logprobs": [0.0], "policy_version": 2,
+         "policy_versions": None},
+    ]  # fmt: skip
+    batch = TokenBatch.of(members, [1.0, -1.0])
+    models = {1: Peaked(1), 2: Peaked(2)}
+    got = train.generating_logprobs(models, members, batch)
+    one, two = policy_logprobs(models[1], batch), policy_logprobs(models[2], batch)
+    assert torch.equal(got[0, 1:3], one[0, 1:3]) and torch.equal(got[0, 3], two[0, 3])
+    assert torch.equal(got[1, 2], two[1, 2])  # no spans: the trajectory's policy_version
+    assert not torch.equal(one[0, 1:4], two[0, 1:4])  # the versions do differ there
+    assert torch.equal(train.generating_logprobs(models[1], members, batch), one)  # one model: every token
