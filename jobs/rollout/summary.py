@@ -26,7 +26,8 @@ Definitions (measured inside the workers, see ``actors/activity.py``):
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from array import array
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,7 +99,9 @@ class RolloutTally:
     total_tokens: int = 0
     stop_reasons: Counter = field(default_factory=Counter)
     policy_versions: Counter = field(default_factory=Counter)
-    activity: Activity = field(default_factory=Activity)
+    activity: Activity = field(default_factory=Activity)  # time sums; its calls are in ``tool_latencies``
+    tool_latencies: dict[str, array] = field(default_factory=dict)  # tool -> seconds per call (8 bytes each)
+    tool_errors: Counter = field(default_factory=Counter)
     retries: int = 0
     groups: int = 0
     failed_groups: int = 0
@@ -118,8 +121,13 @@ class RolloutTally:
         for t in trajectories:
             if is_reward(t.get("reward")):
                 self.rewards.add(float(t["reward"]))
-        if activity is not None:
-            self.activity = self.activity + activity
+        if activity is not None:  # summed in place: a tally over a long run copies nothing per batch
+            self.activity.active_s += activity.active_s
+            self.activity.engine_busy_s += activity.engine_busy_s
+            self.activity.tool_wait_s += activity.tool_wait_s
+            for call in activity.tool_calls:
+                self.tool_latencies.setdefault(call.tool, array("d")).append(call.latency_s)
+                self.tool_errors[call.tool] += not call.ok
 
     def add_group(self, members: list[dict[str, Any]]) -> None:
         """Count a released group and write its members' figures (``add``)."""
@@ -216,12 +224,9 @@ class RolloutSummary:
 def rollout_figures(tally: RolloutTally, rollout_s: float, engines: int) -> dict[str, Any]:
     """The module docstring's figures for one rollout (``tally`` over ``rollout_s`` on ``engines``)."""
     activity = tally.activity
-    latencies = [c.latency_s for c in activity.tool_calls]
-    per_tool: dict[str, list[float]] = defaultdict(list)
-    failed: Counter = Counter()
-    for call in activity.tool_calls:
-        per_tool[call.tool].append(call.latency_s)
-        failed[call.tool] += not call.ok
+    per_tool = tally.tool_latencies
+    latencies = [value for values in per_tool.values() for value in values]
+    failed = tally.tool_errors
     active = activity.active_s
 
     def rate(count: float) -> float:
