@@ -94,7 +94,8 @@ def pair_similarities(sets: list[np.ndarray]) -> Any:
 
 def brute_force_drops(sets, ranks, pairs_i, pairs_j, similarity, threshold) -> set[int]:
     """The rows the keep rule drops when every pair is compared: copies of a better row's set, and
-    best-of-set rows with a better best-of-set row at Jaccard >= threshold."""
+    best-of-set rows that, decided in rank order, have a kept better best-of-set row at Jaccard >=
+    threshold."""
     digest_best: dict[bytes, int] = {}
     for index, s in enumerate(sets):
         key = s.tobytes()
@@ -102,9 +103,14 @@ def brute_force_drops(sets, ranks, pairs_i, pairs_j, similarity, threshold) -> s
             digest_best[key] = index
     best = set(digest_best.values())
     dropped = {i for i in range(len(sets)) if i not in best}
+    better: dict[int, list[int]] = {i: [] for i in best}
     for i, j, sim in zip(pairs_i.tolist(), pairs_j.tolist(), similarity.tolist(), strict=True):
         if sim >= threshold and i in best and j in best:
-            dropped.add(j if ranks[i] < ranks[j] else i)
+            worse, above = (j, i) if ranks[i] < ranks[j] else (i, j)
+            better[worse].append(above)
+    for index in sorted(best, key=ranks.__getitem__):
+        if any(above not in dropped for above in better[index]):
+            dropped.add(index)
     return dropped
 
 
@@ -154,7 +160,21 @@ def exchange_bytes(rows: list[dict], step: Any, partitions: int = 4) -> dict[str
     """Bytes per row that enter each sort of the job's exchanges, for NearDedupFilter and DedupFilter."""
     import pyarrow as pa
     from twinkle_agentic.jobs.preprocess.frame import LIVE, PART_SPACE, FrameBuilder
-    from twinkle_agentic.jobs.preprocess.near_exchange import NPART, NearAttach, NearBands, near_candidates
+    from twinkle_agentic.jobs.preprocess.near_exchange import (
+        COPY_LINK,
+        DECISION,
+        FRAME_KINDS,
+        LINK,
+        NPART,
+        PENDING,
+        KindFilter,
+        NearAttach,
+        NearBands,
+        NearVerify,
+        near_candidates,
+        near_decide,
+        near_pass_state,
+    )
 
     from twinkle_agentic.io.records import dumps
     from twinkle_agentic.preprocessor import DedupFilter
@@ -173,6 +193,16 @@ def exchange_bytes(rows: list[dict], step: Any, partitions: int = 4) -> dict[str
     banded = NearBands(step)(frames)
     candidates = pa.concat_tables([near_candidates(t) for t in route(banded)])
     attached = pa.concat_tables([NearAttach(step)(t) for t in route(candidates)])
+    verified = pa.concat_tables([NearVerify(step)(t) for t in route(attached)])
+    graph = KindFilter((LINK, COPY_LINK, PENDING))(verified)
+    entering_rounds, rounds, round_bytes = graph.nbytes, 0, 0
+    while KindFilter((LINK, COPY_LINK))(graph).num_rows:
+        rounds += 1
+        round_bytes += graph.nbytes
+        graph = pa.concat_tables([near_pass_state(t) for t in route(graph)])
+        round_bytes += graph.nbytes
+        graph = pa.concat_tables([near_decide(t) for t in route(graph)])
+    final = pa.concat_tables([KindFilter(FRAME_KINDS)(verified), KindFilter((DECISION,))(graph)])
     n = len(rows)
     return {
         "frames": frames.nbytes / n,
@@ -180,6 +210,10 @@ def exchange_bytes(rows: list[dict], step: Any, partitions: int = 4) -> dict[str
         "near_sort_1": banded.nbytes / n,
         "near_sort_2": candidates.nbytes / n,
         "near_sort_3": attached.nbytes / n,
+        "near_rounds": rounds,
+        "near_round_sorts": round_bytes / n,
+        "near_graph_entering_rounds": entering_rounds / n,
+        "near_sort_final": final.nbytes / n,
         "band_records_per_row": (banded.num_rows - n) / n,
     }
 

@@ -33,6 +33,10 @@ def test_brute_force_rule_and_groups():
     # 2 copies 0's set (0 ranks higher); 1 ranks above 0 and is within 0.5 of it
     assert brute_force_drops(sets, ranks, rows, cols, sim, 0.5) == {0, 2}
     assert brute_force_drops(sets, ranks, rows, cols, sim, 0.95) == {2}
+    # a chain A ~ B ~ C with A and C apart: B is dropped for A, and C, near no kept row, is kept
+    chain = sets_of(range(0, 20), range(5, 25), range(10, 30))
+    c_rows, c_cols, c_sim = pair_similarities(chain)
+    assert brute_force_drops(chain, [(-3, 0, 0), (-2, 0, 1), (-1, 0, 2)], c_rows, c_cols, c_sim, 0.55) == {1}
     originals = np.array([True, True, True, False])
     groups = true_groups(4, [(0, 3)], originals, rows, cols, sim, 0.5)
     assert groups[0] == groups[1] == groups[2] == groups[3]

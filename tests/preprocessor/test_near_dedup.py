@@ -18,8 +18,12 @@ from twinkle_agentic.preprocessor.near_dedup_config import (
 )
 from twinkle_agentic.preprocessor.near_dedup_minhash import band_keys, permutations, signature
 from twinkle_agentic.preprocessor.near_dedup_select import (
+    DROPPED,
+    KEPT,
+    UNKNOWN,
     RowFeatures,
     bucket_candidates,
+    decide,
     jaccard,
     near_parents,
     set_digest,
@@ -30,7 +34,10 @@ WORDS = [f"w{i}" for i in range(5000)]
 
 
 def chat(user: str, assistant: str = "fine, here it is", row_id: int = 0) -> dict:
-    return {"id": row_id, "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}
+    return {
+        "id": row_id,
+        "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}],
+    }
 
 
 def text(n: int, seed: int) -> list[str]:
@@ -134,7 +141,9 @@ def test_banding_is_derived_from_the_threshold_and_validated():
             NearDedupFilter(**bad)
 
 
-def feature(values: list[int], messages: int = 2, chars: int = 10, bands: tuple[int, ...] = (7,)) -> RowFeatures:
+def feature(
+    values: list[int], messages: int = 2, chars: int = 10, bands: tuple[int, ...] = (7,)
+) -> RowFeatures:
     shingles = np.array(sorted(values), np.uint64)
     return RowFeatures(shingles, np.array(bands, np.int64), messages, chars, set_digest(shingles))
 
@@ -154,14 +163,24 @@ def test_keep_rule_longest_first_ties_by_id_and_chains():
     parents = near_parents([feature(same, 2, 10), feature(same, 4, 5), feature(same, 4, 9)], [0, 1, 2], 0.9)
     assert parents == {0: 2, 1: 2}
     assert near_parents([feature(same), feature(same), feature(same)], [5, 3, 9], 0.9) == {0: 1, 2: 1}
-    # a chain: A ~ B, B ~ C, not A ~ C: B names A, C names B (which itself names A)
+    # a chain: A ~ B, B ~ C, not A ~ C: B is dropped for A; C is compared with kept rows only, so
+    # it is kept (B, its only near copy, is dropped)
     a, b, c = list(range(0, 20)), list(range(5, 25)), list(range(10, 30))
     chain = near_parents([feature(a, 3), feature(b, 2), feature(c, 1)], [0, 1, 2], 0.55)
-    assert chain == {1: 0, 2: 1}
-    # exact copies go to the best row of their set, even where a better near-copy exists
+    assert chain == {1: 0}
+    # a longer chain alternates: A kept, B dropped for A, C kept, D dropped for C
+    d = list(range(15, 35))
+    chain = near_parents([feature(a, 4), feature(b, 3), feature(c, 2), feature(d, 1)], [0, 1, 2, 3], 0.55)
+    assert chain == {1: 0, 3: 2}
+    # a row near two kept rows names the better-ranked one, whatever the rows' order
+    x, y, z = list(range(0, 20)), list(range(12, 32)), list(range(6, 26))  # x ~ z ~ y, x !~ y
+    assert near_parents([feature(z, 1), feature(x, 2), feature(y, 3)], [0, 1, 2], 0.5) == {0: 2}
+    # exact copies follow the best row of their set: dropped for it when it is kept, else for the
+    # kept row it was dropped for (every drop names a kept row)
     near = list(range(1, 21))
     rows = [feature(near, 9), feature(same, 3), feature(same, 1), feature(same, 2)]
-    assert near_parents(rows, [0, 1, 2, 3], 0.8) == {1: 0, 2: 1, 3: 1}
+    assert near_parents(rows, [0, 1, 2, 3], 0.8) == {1: 0, 2: 0, 3: 0}
+    assert near_parents(rows[1:], [1, 2, 3], 0.8) == {1: 0, 2: 0}
     # a verified parent must reach the threshold: below it nothing is dropped
     assert near_parents([feature(a, 3), feature(b, 2)], [0, 1], 0.9) == {}
     # rows that share no band are never compared; rows without words never take part
@@ -169,8 +188,19 @@ def test_keep_rule_longest_first_ties_by_id_and_chains():
     assert apart == {}
     # the parent is the best-ranked verified match over all shared bands, whatever the bucket order;
     # rows 1 and 2 share no band, so both are kept
-    rows = [feature(same, 1, bands=(1, 2)), feature(same[1:], 3, bands=(2,)), feature(same[:-1], 2, bands=(1,))]
+    rows = [
+        feature(same, 1, bands=(1, 2)),
+        feature(same[1:], 3, bands=(2,)),
+        feature(same[:-1], 2, bands=(1,)),
+    ]
     assert near_parents(rows, [0, 1, 2], 0.9) == {0: 1}
+
+
+def test_decide_waits_for_every_better_row():
+    assert decide([]) == (KEPT, None)
+    assert decide([(DROPPED, 4), (KEPT, 7), (UNKNOWN, 9)]) == (DROPPED, 7)
+    assert decide([(DROPPED, 4), (UNKNOWN, 7), (KEPT, 9)]) == (UNKNOWN, None)  # 7 may yet be kept
+    assert decide([(DROPPED, 4), (DROPPED, 7)]) == (KEPT, None)
 
 
 def test_filter_drops_near_copies_and_names_the_kept_row():
@@ -223,7 +253,11 @@ def test_filter_pickles_and_recomputes_its_permutations():
 
 def test_run_pipeline_names_kept_rows_by_origin(tmp_path):
     base = " ".join(text(120, 7))
-    rows = [chat(base, row_id=0), chat(" ".join(text(120, 8)), row_id=1), chat(base + " extra words", row_id=2)]
+    rows = [
+        chat(base, row_id=0),
+        chat(" ".join(text(120, 8)), row_id=1),
+        chat(base + " extra words", row_id=2),
+    ]
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = run_pipeline([str(path)], [{"NearDedupFilter": {"threshold": 0.6}}])

@@ -3,7 +3,7 @@
 ``NearDedupFilter`` is a global step, like ``DedupFilter``: in one process it must see every row at
 once; in the preprocess job its banding is a distributed exchange (``jobs/preprocess/near_exchange``)
 that applies the same rule (:mod:`.near_dedup_select`) to the same features (:meth:`features`).
-A dropped row has reason ``near_duplicate`` and names the row it duplicates under
+A dropped row has reason ``near_duplicate`` and names the kept row it duplicates under
 ``near_duplicate_of``: ``{"source", "line"}`` where the row's origin is known (the job and
 ``run_pipeline``), else ``{"index"}``, its position in the rows given.
 """

@@ -3,12 +3,14 @@
 A pair of rows is a near-duplicate when the Jaccard similarity of their shingle sets is at least the
 threshold; only pairs that share an LSH band are compared (exactly, on the sets). Rows are ranked
 longest first: most messages, then most characters, then the smaller id (the earlier row). A row
-whose shingle set equals a higher-ranked row's (an exact copy once normalised) is dropped for the
-highest-ranked row with that set. Among the rest, a row is dropped when some near-duplicate of it
-ranks higher, and the ledger names the highest-ranked such row (its *parent*). That parent is kept unless it has a parent of its own (a chain: A ~ B and B ~ C
-but not A ~ C drops B for A and C for B); following parents always ends at a kept row. The rule
-depends only on the candidate pairs, never on the order rows arrive in, so a hash-partitioned job
-and one process agree.
+whose shingle set equals a higher-ranked row's (an exact copy once normalised) follows the
+highest-ranked row with that set (its *best*). The best rows are then decided greedily in rank order,
+each against the rows already *kept* only: a row is dropped when a kept row that shares a band with
+it verifies as its near-duplicate, and the ledger names the highest-ranked such kept row; otherwise
+it is kept. An exact copy is dropped for its best when that row is kept, else for the kept row its
+best was dropped for. So every dropped row names a kept row, and in a chain (A ~ B and B ~ C but not
+A ~ C) B is dropped for A while C, a near copy of no kept row, is kept. The rule depends only on the
+candidate pairs, never on the order rows arrive in, so a hash-partitioned job and one process agree.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 def set_digest(shingles: np.ndarray) -> int:
     """A 64-bit digest (signed, as Arrow stores it) of a shingle set: equal sets, equal digests."""
-    digest = hashlib.blake2b(np.ascontiguousarray(shingles, dtype=np.uint64).tobytes(), digest_size=8).digest()
+    digest = hashlib.blake2b(
+        np.ascontiguousarray(shingles, dtype=np.uint64).tobytes(), digest_size=8
+    ).digest()
     return int.from_bytes(digest, "little", signed=True)
 
 
@@ -77,13 +81,11 @@ def bucket_candidates(digests: Sequence[int]) -> tuple[list[tuple[int, int]], li
     return copies, pairs
 
 
-def near_parents(features: Sequence[RowFeatures | None], ids: Sequence[int], threshold: float) -> dict[int, int]:
-    """Index of each dropped row -> index of its parent, for rows given as features (None: a row
-    with no words, never compared) and their ids (distinct ints that order ties).
-
-    Exact copies (equal shingle sets) go to the best-ranked row of their set; the best of each set
-    then goes to the best-ranked better representative it shares a band with and verifies against.
-    """
+def near_parents(
+    features: Sequence[RowFeatures | None], ids: Sequence[int], threshold: float
+) -> dict[int, int]:
+    """Index of each dropped row -> index of the kept row it names, for rows given as features
+    (None: a row with no words, never compared) and their ids (distinct ints that order ties)."""
     ranks = [
         rank(f.messages, f.chars, row_id) if f is not None else None
         for f, row_id in zip(features, ids, strict=True)
@@ -95,23 +97,35 @@ def near_parents(features: Sequence[RowFeatures | None], ids: Sequence[int], thr
             if held is None or ranks[index] < ranks[held]:
                 best_of_set[f.digest] = index
     parents: dict[int, int] = {}
+    kept_in_bucket: dict[int, list[int]] = {}  # band key -> kept best rows, in rank order
+    for index in sorted(best_of_set.values(), key=ranks.__getitem__):
+        keys = features[index].bands.tolist()
+        candidates = {kept for key in keys for kept in kept_in_bucket.get(key, ())}
+        for kept in sorted(candidates, key=ranks.__getitem__):
+            if jaccard(features[kept].shingles, features[index].shingles) >= threshold:
+                parents[index] = kept
+                break
+        else:
+            for key in keys:
+                kept_in_bucket.setdefault(key, []).append(index)
     for index, f in enumerate(features):
         if f is not None and best_of_set[f.digest] != index:
-            parents[index] = best_of_set[f.digest]
-    buckets: dict[int, list[int]] = {}
-    for index in best_of_set.values():
-        for key in features[index].bands.tolist():
-            buckets.setdefault(key, []).append(index)
-    for members in buckets.values():
-        if len(members) < 2:
-            continue
-        members.sort(key=ranks.__getitem__)
-        for j in range(1, len(members)):
-            child = members[j]
-            for parent in members[:j]:  # best first: the first verified one is this bucket's best
-                if jaccard(features[parent].shingles, features[child].shingles) >= threshold:
-                    best = parents.get(child)
-                    if best is None or ranks[parent] < ranks[best]:
-                        parents[child] = parent
-                    break
+            best = best_of_set[f.digest]
+            parents[index] = parents.get(best, best)
     return parents
+
+
+# A row's state while the job decides it (:func:`decide`): not yet known, kept, or dropped.
+UNKNOWN, KEPT, DROPPED = 0, 1, 2
+
+
+def decide(parents: Sequence[tuple[int, int]]) -> tuple[int, int | None]:
+    """The greedy rule for one best row, given ``(state, id)`` of each verified near-duplicate that
+    ranks higher, best-ranked first: (DROPPED, the first kept one) once every better one is known
+    dropped; (KEPT, None) when all are dropped; (UNKNOWN, None) while a better one is undecided."""
+    for state, parent in parents:
+        if state == KEPT:
+            return DROPPED, parent
+        if state == UNKNOWN:
+            return UNKNOWN, None
+    return KEPT, None

@@ -14,11 +14,20 @@ from twinkle_agentic.jobs.preprocess.near_exchange import (
     BAND,
     CANDIDATE,
     COPY,
+    COPY_LINK,
+    DECISION,
+    FRAME_KINDS,
+    LINK,
     NPART,
+    PENDING,
+    KindFilter,
     NearAttach,
     NearBands,
     NearMark,
+    NearVerify,
     near_candidates,
+    near_decide,
+    near_pass_state,
     near_schema,
 )
 from twinkle_agentic.jobs.preprocess.steps import plan_stages
@@ -27,6 +36,7 @@ from bench.near_copies import VARIANTS, near_copy
 from tests.support.job_data import chat_rows
 from twinkle_agentic.preprocessor import DedupFilter, HardFilter, NearDedupFilter
 from twinkle_agentic.preprocessor.near_dedup import DUPLICATE_OF_KEY, ORIGIN_KEY
+from twinkle_agentic.preprocessor.near_dedup_select import jaccard
 
 URIS = ["file:///a.jsonl", "file:///b.jsonl"]
 
@@ -64,16 +74,34 @@ def route(tables: list[pa.Table], partitions: int) -> list[pa.Table]:
     return [table.filter(pa.array(bucket == p)) for p in range(partitions)]
 
 
-def run_exchange(rows: list[dict], step: NearDedupFilter, partitions: int) -> tuple[dict, list[dict], dict]:
+def run_exchange(
+    rows: list[dict], step: NearDedupFilter, partitions: int, rounds: list[int] | None = None
+) -> tuple[dict, list[dict], dict]:
+    """The job's exchange routed by hand; ``rounds`` receives the number of rounds it took."""
     banded = [NearBands(step)(block) for block in frames(rows)]
     assert all(t.schema == near_schema() for t in banded)
     assert any(pc_count(t, BAND) for t in banded)
     candidates = [near_candidates(t) for t in route(banded, partitions)]
     assert not any(pc_count(t, BAND) for t in candidates)
-    assert any(pc_count(t, COPY) for t in candidates) and any(pc_count(t, CANDIDATE) for t in candidates)
+    assert any(pc_count(t, CANDIDATE) for t in candidates)
+    if rounds is None:  # the generated rows: exact copies among them too
+        assert any(pc_count(t, COPY) for t in candidates)
     attached = [NearAttach(step)(t) for t in route(candidates, partitions)]
     assert all(t.schema == near_schema() for t in attached)
-    marked = [NearMark(step, "NearDedupFilter", 3, URIS)(t) for t in route(attached, partitions)]
+    verified = [NearVerify(step)(t) for t in route(attached, partitions)]
+    assert all(t.schema == near_schema() for t in verified)
+    graph = [KindFilter((LINK, COPY_LINK, PENDING))(t) for t in verified]
+    count = 0
+    while sum(pc_count(t, LINK) + pc_count(t, COPY_LINK) for t in graph):
+        count += 1
+        assert count <= len(rows), "every round decides at least one row"
+        graph = [near_pass_state(t) for t in route(graph, partitions)]
+        graph = [near_decide(t) for t in route(graph, partitions)]
+    if rounds is not None:
+        rounds.append(count)
+    decided = [KindFilter((DECISION,))(t) for t in graph]
+    kept_frames = [KindFilter(FRAME_KINDS)(t) for t in verified]
+    marked = [NearMark(step, "NearDedupFilter", 3, URIS)(t) for t in route(kept_frames + decided, partitions)]
     out = pa.concat_tables(marked)
     assert out.schema == frame_schema()
     kinds = out.column("_kind").to_pylist()
@@ -103,12 +131,15 @@ def origin(rows: list[dict]) -> list[dict]:
     """The rows as run_pipeline hands them over: with [source, line] as the frames say."""
     half = len(rows) // 2
     return [
-        {**row, ORIGIN_KEY: [URIS[0], i + 1] if i < half else [URIS[1], i - half + 1]} for i, row in enumerate(rows)
+        {**row, ORIGIN_KEY: [URIS[0], i + 1] if i < half else [URIS[1], i - half + 1]}
+        for i, row in enumerate(rows)
     ]
 
 
 @pytest.mark.parametrize("partitions", [1, 3, 8])
-@pytest.mark.parametrize("settings", [{}, {"turns": "user", "threshold": 0.7}, {"shingle_words": 2, "max_turns": 2}])
+@pytest.mark.parametrize(
+    "settings", [{}, {"turns": "user", "threshold": 0.7}, {"shingle_words": 2, "max_turns": 2}]
+)
 def test_exchange_matches_one_process(partitions, settings):
     rows = rows_with_near_copies(240, seed=partitions)
     step = NearDedupFilter(**settings)
@@ -121,9 +152,42 @@ def test_exchange_matches_one_process(partitions, settings):
     )
     assert dropped, "the near-copies must be found"
     assert totals == {"before": len(rows), "after": len(kept), "dropped": len(dropped)}
+    kept_at = {(URIS[0], i + 1) if i < len(rows) // 2 else (URIS[1], i - len(rows) // 2 + 1) for i in kept}
     for row in dropped:
         parent = row[DUPLICATE_OF_KEY]
-        assert set(parent) == {"source", "line"} and parent["source"] in URIS
+        assert set(parent) == {"source", "line"} and (parent["source"], parent["line"]) in kept_at
+
+
+def chain(links: int) -> list[dict]:
+    """Rows each a near copy of the next (Jaccard ~0.68 on 3-word shingles) but of none further
+    (~0.45 and less), all of one length, so they rank in input order."""
+    words = [f"x{i:04d}" for i in range(200 + 38 * links)]
+    return [
+        {"id": k, "messages": [{"role": "user", "content": " ".join(words[38 * k : 38 * k + 200])}]}
+        for k in range(links + 1)
+    ]
+
+
+@pytest.mark.parametrize(
+    "links, kept, dropped, rounds", [(2, [0, 2], {1: 0}, 2), (3, [0, 2], {1: 0, 3: 2}, 3)]
+)
+def test_a_chain_is_decided_against_kept_rows_only_in_both(links, kept, dropped, rounds):
+    rows = chain(links)
+    step = NearDedupFilter()
+    sets = [step.shingles(row) for row in rows]
+    assert all(jaccard(a, b) >= step.threshold for a, b in zip(sets, sets[1:], strict=False))
+    assert all(jaccard(a, b) < step.threshold for a, b in zip(sets, sets[2:], strict=False))
+    ref_kept, ref_dropped = step(rows)
+    assert [r["id"] for r in ref_kept] == kept
+    assert {r["id"]: r[DUPLICATE_OF_KEY]["index"] for r in ref_dropped} == dropped
+    taken: list[int] = []
+    job_kept, job_dropped, _ = run_exchange(rows, step, 3, taken)
+    assert sorted(job_kept) == kept and taken == [rounds]
+    half = len(rows) // 2
+    at = {(URIS[0], i + 1) if i < half else (URIS[1], i - half + 1): i for i in range(len(rows))}
+    assert {
+        r["id"]: at[r[DUPLICATE_OF_KEY]["source"], r[DUPLICATE_OF_KEY]["line"]] for r in job_dropped
+    } == dropped
 
 
 def test_plan_puts_the_exchange_where_the_step_is():
