@@ -32,7 +32,7 @@ it, ``stale_groups`` the groups found staler than the bound, ``rollout_s`` how l
 waited for the step and ``update_s`` the posting of the weights (the farm loads them in the
 background), ``farm_s`` the farm's time from putting the step into the run to its last group,
 ``queued_s`` from when the bound allowed the step to when it was put (the farm thread loading the
-weights it starts on).
+weights it starts on), ``split_trajectories`` those whose tokens came from two or more versions.
 """
 
 from __future__ import annotations
@@ -327,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
                         "stale_groups": handed.stale_groups,
                         "farm_s": handed.rollout_s,
                         "queued_s": handed.queued_s,
+                        "split_trajectories": sum(
+                            1 for g in groups for m in g if len({s["version"] for s in m.get("policy_versions") or ()}) > 1
+                        ),  # a weight update landed while they were generated (--on-update abort_and_resume)
                     }
                 t1 = time.perf_counter()
                 members = scored_members(groups)

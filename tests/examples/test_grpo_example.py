@@ -62,6 +62,7 @@ def test_tool_latency_on_serve_delays_the_rollout_and_the_overlap_keeps_its_boun
     assert [line["step"] for line in overlapped] == [0, 1]
     assert all(line["staleness"] <= 1 and line["groups"] == 4 for line in overlapped)
     assert all(line["farm_s"] >= 1.5 for line in overlapped if line["tool_calls"])
+    assert all(0 <= line["split_trajectories"] <= 16 for line in overlapped)  # 4 prompts x 4 samples
 
 
 def test_bad_arguments_are_refused_with_the_rule():
