@@ -92,3 +92,17 @@ class FailsToLoad:
 
     def __call__(self, rows):
         return rows, []
+
+
+class NodeStamp(Mapper):
+    """Writes the id of the Ray node that ran it into each row, after ``delay_s`` per row: which node
+    read which rows, in the fused read+first-stage tasks."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.delay_s = delay_s
+
+    def map_row(self, row: dict) -> dict:
+        import ray
+
+        time.sleep(self.delay_s)
+        return {**row, "node": ray.get_runtime_context().get_node_id()}
