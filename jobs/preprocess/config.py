@@ -107,6 +107,14 @@ class PreprocessConfig:
     overwrite: bool = field(
         default=False, metadata=option("replace the outputs of an earlier run in the output directory")
     )
+    resume: bool = field(
+        default=False,
+        metadata=option(
+            "make the run resumable, and continue the resumable run in the output directory if there is "
+            "one: inputs whose first stage finished are taken from their checkpoints, the rest is redone "
+            "(an empty output directory starts a fresh run; a finished run is left as it is)"
+        ),
+    )
     progress: bool = field(
         default=True, metadata=option("hide Ray Data's progress bars", negate="--no-progress")
     )
@@ -121,6 +129,11 @@ class PreprocessConfig:
         for name in ("dedup_partitions", "num_cpus", "read_concurrency", "max_actors"):
             if getattr(self, name) is not None:
                 positive_int(getattr(self, name), name)
+        if self.resume and self.overwrite:
+            raise ConfigError(
+                "resume and overwrite exclude each other: pass --resume to continue the run in the output "
+                "directory, or --overwrite to replace it"
+            )
         if self.output_format not in OUTPUT_FORMATS:
             raise ConfigError(f"output_format must be one of {OUTPUT_FORMATS}, got {self.output_format!r}")
         if self.unreadable_files not in UNREADABLE_MODES:

@@ -38,6 +38,16 @@ from .near_exchange import near_exchange
 from .ray_tuning import short_run_scheduling
 from .read_plan import ReadPlan, autoscaler_max_cpus, plan_read
 from .report import RunSummary, write_reports
+from .resume import (
+    RESUME_DIR,
+    Checkpoints,
+    ResumeState,
+    crash_point,
+    fingerprint,
+    finish,
+    open_run,
+    read_summary,
+)
 from .shared_storage import claimed_output, stale_markers
 from .sink import DROPPED_DIR, KEPT_DIR, SinkResult, output_filesystem
 from .stages import READ_POSITION, StageAdapter, StepStartError, mark_duplicates
@@ -317,10 +327,12 @@ def prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
 
 
 def output_entries(root: str) -> list[str]:
-    """What a run writes into its output folder ``root`` (and ``--overwrite`` replaces)."""
+    """What a run writes into its output folder ``root`` (and ``--overwrite`` replaces); a resumable
+    run's checkpoints (:mod:`.resume`) last."""
     from .report import CHART_FILE, REPORT_FILE, STATS_FILE
 
-    return [f"{root}/{name}" for name in (KEPT_DIR, DROPPED_DIR, STATS_FILE, REPORT_FILE, CHART_FILE)]
+    names = (KEPT_DIR, DROPPED_DIR, STATS_FILE, REPORT_FILE, CHART_FILE, RESUME_DIR)
+    return [f"{root}/{name}" for name in names]
 
 
 def is_own_output(output: str) -> Callable[[str], bool]:
@@ -337,6 +349,21 @@ def is_own_output(output: str) -> Callable[[str], bool]:
         return any(where == e or where.startswith(e + "/") for e in entries)
 
     return own
+
+
+def prepare_resume(cfg: PreprocessConfig, sources: list[Source]) -> tuple[Any, str, ResumeState]:
+    """Start or continue the resumable run in ``cfg.output`` (:func:`.resume.open_run`)."""
+    from pyarrow import fs
+
+    try:
+        filesystem, root = output_filesystem(cfg.output)
+        if filesystem.get_file_info(root).type == fs.FileType.File:
+            raise ConfigError(f"output {cfg.output!r} is a file; pass a directory")
+        filesystem.create_dir(root, recursive=True)
+        state = open_run(filesystem, root, cfg.output, fingerprint(cfg, sources), output_entries(root))
+    except OSError as exc:
+        raise ConfigError(f"cannot use output {cfg.output!r}: {exc}") from exc
+    return filesystem, root, state
 
 
 def _prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
@@ -420,9 +447,11 @@ def execute(
     names: list[str],
     stages: list[Stage],
     run_id: str,
+    checkpoints: Checkpoints | None = None,
 ) -> tuple[str, SinkResult, float, list[dict]]:
     """Connect to Ray and run the dataset into the sink: (cluster description, what the sink
-    counted, seconds of the data work, each input's size and checksum)."""
+    counted, seconds of the data work, each input's size and checksum). With ``checkpoints`` (a
+    resumable run) the reads are always fused with the first stage, one checkpoint per input."""
     import ray.data
 
     from .read import estimated_total
@@ -433,7 +462,7 @@ def execute(
     cpus = cluster_cpus()
     partitions = cfg.dedup_partitions or default_partitions(cpus, estimated_total(sources))
     read = plan_read(sources, cpus, autoscaler_max_cpus(), cfg.read_concurrency)
-    split = needs_split(sources, read.cpus)
+    split = checkpoints is None and needs_split(sources, read.cpus)
     for stage in stages:
         logger.info("stage %s", stage.describe(names))
     logger.info(
@@ -449,7 +478,7 @@ def execute(
         context.shuffle_strategy, input_blocks(sources, context.target_max_block_size)
     )
     uris = [s.uri for s in sources]
-    early_ledger = EarlyLedger(cfg.output, run_id, uris)
+    early_ledger = EarlyLedger(cfg.output, run_id, uris, checkpoints)
     # The dataset copies the context when built; the progress bars Ray Data opens while it executes
     # read the current one. Both settings last for this run only: the caller's datasets keep theirs.
     # raise_original_map_exception: a step's error on a batch reaches the driver as itself (Ray Data
@@ -466,6 +495,7 @@ def execute(
         )
         with short_run_scheduling():
             ds.write_datasink(sink)
+    crash_point("written")
     inputs = gather_digests(digests)
     return cluster, sink.result or SinkResult(), time.perf_counter() - start, inputs
 
@@ -474,10 +504,24 @@ def run(cfg: PreprocessConfig) -> RunSummary:
     """Run the job and write every output; raises ConfigError/InputError or InvariantError."""
     cfg.validate()
     sources, steps, names, stages = plan(cfg)
-    filesystem, root = prepare_output(cfg.output, cfg.overwrite)
-    run_id = uuid.uuid4().hex[:12]
+    state, checkpoints = None, None
+    if cfg.resume:
+        filesystem, root, state = prepare_resume(cfg, sources)
+        if state.complete:
+            logger.info("the run in %s is complete: nothing to resume", cfg.output)
+            summary = RunSummary.from_stats(cfg.output, read_summary(filesystem, root))
+            summary.already_complete = True
+            return summary
+        run_id = state.run_id
+        checkpoints = Checkpoints(cfg.output, run_id, uuid.uuid4().hex[:12], state.committed)
+        logger.info(
+            "resumable run %s: %d of %d input(s) from checkpoints", run_id, len(state.committed), len(sources)
+        )
+    else:
+        filesystem, root = prepare_output(cfg.output, cfg.overwrite)
+        run_id = uuid.uuid4().hex[:12]
     with claimed_output(filesystem, root, run_id):  # every task that writes checks for its marker
-        cluster, result, seconds, inputs = execute(cfg, sources, steps, names, stages, run_id)
+        cluster, result, seconds, inputs = execute(cfg, sources, steps, names, stages, run_id, checkpoints)
 
     stats = collect_stats(result, names)
     check_invariants(result, stats)
@@ -498,6 +542,9 @@ def run(cfg: PreprocessConfig) -> RunSummary:
         config=cfg.to_dict(),
         inputs=inputs,
         cluster=cluster,
+        resume=state.summary(len(sources)) if state is not None else None,
     )
     write_reports(summary, filesystem, root)
+    if state is not None:
+        finish(filesystem, root)
     return summary

@@ -90,7 +90,10 @@ COMMAND = JobCommand(
     job="twinkle_agentic.jobs.preprocess.job",
     render=lambda summary: summary.line(),
     user_error=user_error,
-    if_interrupted="the output holds no complete run (no stats.json), rerun with --overwrite",
+    if_interrupted=(
+        "the output holds no complete run (no stats.json): a run started with --resume continues with "
+        "--resume; otherwise rerun with --overwrite"
+    ),
     run_error=step_error,
 )
 

@@ -25,15 +25,45 @@ class RunSummary:
     # each input file: {"uri", "size_bytes", "sha256"} of the bytes as stored (twinkle_agentic.io.file_digest)
     inputs: list[dict[str, Any]] = field(default_factory=list)
     cluster: str = ""
+    # a resumable run (--resume): its id and how many inputs' first stage was reused or run (.resume)
+    resume: dict[str, Any] | None = None
+    already_complete: bool = False  # a resume found the run finished and did nothing
 
     @property
     def rows_per_s(self) -> float:
         return self.rows_read / self.seconds if self.seconds > 0 else 0.0
 
     def line(self) -> str:
+        if self.already_complete:
+            return (
+                f"preprocess: the run in the output is already complete (read {self.rows_read:,} rows -> kept "
+                f"{self.kept:,}, dropped {self.dropped:,}); nothing to resume; output: {self.output}"
+            )
+        resumed = ""
+        if self.resume and self.resume.get("resumed"):
+            resumed = (
+                f"resumed: {self.resume['inputs_reused']:,} input(s) from checkpoints, "
+                f"{self.resume['inputs_processed']:,} read; "
+            )
         return (
             f"preprocess: read {self.rows_read:,} rows -> kept {self.kept:,}, dropped {self.dropped:,} "
-            f"in {self.seconds:.1f} s ({self.rows_per_s:,.0f} rows/s); output: {self.output}"
+            f"in {self.seconds:.1f} s ({self.rows_per_s:,.0f} rows/s); {resumed}output: {self.output}"
+        )
+
+    @classmethod
+    def from_stats(cls, output: str, stats: dict[str, Any]) -> RunSummary:
+        """The summary a stats.json holds (a complete run's, read back by a resume)."""
+        return cls(
+            output=output,
+            rows_read=stats["rows_read"],
+            kept=stats["kept"],
+            dropped=stats["dropped"],
+            seconds=stats["seconds"],
+            steps=[StepStats.from_dict(s) for s in stats["steps"]],
+            config=stats["config"],
+            inputs=stats["inputs"],
+            cluster=stats["cluster"],
+            resume=stats.get("resume"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -46,6 +76,7 @@ class RunSummary:
             "steps": [s.to_dict() for s in self.steps],
             "inputs": self.inputs,
             "cluster": self.cluster,
+            "resume": self.resume,
             "config": self.config,
         }
 
@@ -106,15 +137,17 @@ def render_chart(steps: list[StepStats]) -> bytes | None:
 def write_reports(summary: RunSummary, filesystem: Any, root: str) -> list[str]:
     """Write the chart, report.md and, last, stats.json into ``root``; returns the paths written.
 
-    stats.json goes last so that its presence marks a run whose data and reports are all written."""
+    stats.json goes last, whole or not at all (``write_bytes``), so that its presence marks a run
+    whose data and reports are all written."""
     import posixpath
+
+    from twinkle_agentic.io.location import Location, write_bytes
 
     written = []
 
     def put(name: str, data: bytes) -> None:
         path = posixpath.join(root, name)
-        with filesystem.open_output_stream(path) as stream:
-            stream.write(data)
+        write_bytes(Location(filesystem, path), data)
         written.append(path)
 
     chart = render_chart(summary.steps)

@@ -26,6 +26,7 @@ from twinkle_agentic.preprocessor.dropped_log import LEDGER_KEYS
 from twinkle_agentic.preprocessor.stats import StepStats
 
 from .frame import DKEY, DROPPED, KIND, LEDGER, LINE, LIVE, REASON, ROW, SRC, STATS, STEP, FrameBuilder
+from .resume import Checkpoints, crash_point
 from .shared_storage import check_output, marker_path
 
 KEPT_DIR = "kept"
@@ -260,11 +261,14 @@ class EarlyLedger:
     """The drop ledger as read tasks write it: the rows their fused stage dropped go straight to a
     ledger file of the task's own, instead of through the dedup exchange's sort (into the object
     store three times: read output, sort map, sort reduce) to the sink. The task's file name depends
-    only on the run and its first input, so a retried task rewrites its own file."""
+    only on the run and its first input, so a retried task rewrites its own file. With
+    ``checkpoints`` (a resumable run) the read tasks also keep each input's frames there
+    (:mod:`.resume`), and name each ledger file after its one input."""
 
     output: str
     run_id: str
     sources: list[str]
+    checkpoints: Checkpoints | None = None
 
     def route(self, frames: Iterator[Any], name: str) -> Iterator[Any]:
         """``frames`` without their dropped rows, which go to ledger file ``name``; then one ledger
@@ -356,6 +360,7 @@ class PreprocessDatasink(Datasink):
             else:
                 for buffer in text_buffers(kept_lines(kept, source_literals, self.lineage)):
                     kept_file.write(buffer)
+            crash_point(f"write:{ctx.task_idx}")
         if parquet_writer is not None:
             parquet_writer.close()
         result.files += kept_file.close() + ledger_file.close()

@@ -42,6 +42,7 @@ from .frame import (
     frame_schema,
     passthrough,
 )
+from .resume import crash_point
 
 # Each live row carries its id under this key while steps run, so kept and dropped rows can be
 # traced back to (source, line) whatever a step returns. It is removed before a row is written.
@@ -306,6 +307,7 @@ def mark_duplicates(table: Any, step: str, position: int) -> Any:
 
     if table.num_rows == 0:
         return frame_schema().empty_table()
+    crash_point("exchange")
     start = time.perf_counter()
     kinds = table.column(KIND).to_numpy()
     live_index = np.flatnonzero(kinds == LIVE)
