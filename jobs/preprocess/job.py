@@ -8,7 +8,7 @@ Data flow::
       -> stage 2...: cheap steps (map_batches over tasks)              } one stage per group of cheap
       -> model step (map_batches over an actor pool, models load once) } steps, per model step,
       -> dedup: hash partition by group key -> winners per partition   } and per DedupFilter
-      -> near dedup: bands -> shuffle by band -> verify -> shuffle by id -> mark (NearDedupFilter)
+      -> near dedup: bands -> candidates -> verify -> decide in rounds -> mark (NearDedupFilter)
       -> ...
       -> PreprocessDatasink: kept rows, drop ledger, summed StepStats
 

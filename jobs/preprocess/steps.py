@@ -43,7 +43,7 @@ def pool_size(stage: Stage, actors: int, max_actors: int | None) -> tuple[int, i
 @dataclass
 class Stage:
     """One Ray Data stage: ``map`` (task pool), ``actor`` (actor pool), ``dedup`` (shuffle) or
-    ``near`` (the NearDedupFilter exchange, two shuffles)."""
+    ``near`` (the NearDedupFilter exchange: four sorts of the frames, and rounds on its links)."""
 
     kind: str
     positions: list[int] = field(default_factory=list)
@@ -60,7 +60,7 @@ class Stage:
             "map": "map_batches",
             "actor": "map_batches (actor pool)",
             "dedup": "dedup shuffle",
-            "near": "near-dedup exchange (bands, verify, mark)",
+            "near": "near-dedup exchange (bands, verify, decide in rounds, mark)",
         }[self.kind]
         extra = " + dedup keys" if self.dedup_next is not None else ""
         if self.kind == "actor" and self.actors:
