@@ -182,3 +182,40 @@ def test_summary_lines_of_resumed_and_complete_runs():
         "preprocess: the run in the output is already complete (read 10 rows -> kept 6, dropped 4); "
         "nothing to resume; output: out"
     )
+
+
+def test_checkpoints_and_resume_state_on_object_storage(tmp_path, monkeypatch, inputs):
+    """The same on ``s3://`` (a local S3-compatible server): inputs fingerprinted by size and
+    modification time, checkpoints committed by a move, a resume clearing what was not committed."""
+    from twinkle_agentic.jobs.preprocess.sink import output_filesystem
+
+    from tests.support.s3_server import s3_server
+
+    (tmp_path / "moto").mkdir()
+    with s3_server(tmp_path / "moto") as server:
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        server.bucket("data")
+        server.upload(inputs, "s3://data/in")
+        cfg = config(Path("s3://data/in/"), Path("unused"), "--resume")
+        cfg.inputs, cfg.output = ["s3://data/in/"], "s3://data/out"
+        sources = plan(cfg)[0]
+        prints = fingerprint(cfg, sources)["inputs"]
+        assert [p["uri"] for p in prints] == ["s3://data/in/part-00.jsonl", "s3://data/in/part-01.jsonl.gz"]
+        assert all(p["size_bytes"] > 0 and p["mtime_ns"] for p in prints)
+
+        state = prepare_resume(cfg, sources)[2]
+        checkpoints = Checkpoints(cfg.output, state.run_id, "a1")
+        assert len(list(checkpoints.write(0, iter(frames(2)), frame_schema()))) == 2
+        half = checkpoints.write(1, iter(frames(2)), frame_schema())
+        next(half)
+        half.close()  # input 1's task stops here: its temporary object is left, never committed
+        filesystem, root = output_filesystem(cfg.output)
+        listed = sorted(i.path for i in filesystem.get_file_info(fs.FileSelector(root, recursive=True)))
+        assert f"{root}/_resume/inputs/000001.arrow.tmp-a1" in listed
+
+        again = prepare_resume(cfg, sources)[2]
+        assert again.resumed and again.committed == {0}
+        left = sorted(i.path for i in filesystem.get_file_info(fs.FileSelector(f"{root}/_resume", recursive=True)))
+        assert left == [f"{root}/_resume/inputs", f"{root}/_resume/inputs/000000.arrow", f"{root}/_resume/run.json"]
+        assert [t.to_pylist() for t in checkpoints.read(0)] == [t.to_pylist() for t in frames(2)]
