@@ -14,7 +14,8 @@
          again, fresh, up to groups.max_member_retries times (another farm run after this one)
       -> each complete group, with its advantages, into the journal (journal.py: trajectories.jsonl
          appended and fsynced locally, segments on object stores); progress bar
-      -> (parquet), summary.json, the printed summary
+      -> (parquet), summary.json (the output's figures: the journal's at the start plus this run's tally),
+         the printed summary
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from twinkle_agentic.rollout.groups import GroupCollector, roll_groups
 
 from .capacity import Demand, check_schedulable, cluster_capacity, plan_demand
 from .config import RolloutJobConfig
-from .journal import Journal
+from .journal import Journal, JournalState
 from .prompts import PromptPlan, check_prompts
 from .summary import RolloutSummary, RolloutTally
 
@@ -117,18 +118,12 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
         files = {"journal": journal.path}
         if cfg.output_format == "parquet":
             files["parquet"] = journal.write_parquet()
-        final = journal.recover()
         summary = RolloutSummary(
             output=cfg.output,
             files=files,
             tally=tally,
             resumed=todo.skipped,
-            total_in_output=len(final.ids),
-            stop_reasons_in_output=final.stop_reasons,
-            policy_versions_in_output=final.policy_versions,
-            groups_in_output=len(final.groups),
-            failed_groups_in_output=len(final.failed_groups),
-            rewards_in_output=final.rewards,
+            **in_output(journal, state, tally, reread=todo.partial > 0),
             wall_s=time.perf_counter() - start,
             rollout_s=rollout_s,
             startup_s=startup_s,
@@ -151,13 +146,15 @@ def run(cfg: RolloutJobConfig) -> RolloutSummary:
 class Unfinished:
     """The trajectories of every group with a member not in ``done``, in plan order, as they are read
     (a group is written whole, so a group with a member missing is run again whole); ``skipped``
-    counts the trajectories of the groups left out so far."""
+    counts the trajectories of the groups left out so far, ``partial`` the groups run again that had
+    some member in ``done`` (none, for a journal this job wrote: it writes groups whole)."""
 
     def __init__(self, groups: Iterable[list[dict[str, Any]]], done: Container[str]):
         self._groups = iter(groups)
         self._done = done
         self._pending: Iterator[dict[str, Any]] = iter(())
         self.skipped = 0
+        self.partial = 0
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self
@@ -168,10 +165,28 @@ class Unfinished:
             if trajectory is not None:
                 return trajectory
             group = next(self._groups)  # StopIteration ends this iterator too
-            if group and all(t["trajectory_id"] in self._done for t in group):
+            done = sum(t["trajectory_id"] in self._done for t in group)
+            if group and done == len(group):
                 self.skipped += len(group)
-            else:
-                self._pending = iter(group)
+                continue
+            self.partial += done > 0
+            self._pending = iter(group)
+
+
+def in_output(journal: Journal, state: JournalState, tally: RolloutTally, reread: bool) -> dict[str, Any]:
+    """The summary's figures for the whole output: what the journal held when the run began plus what
+    this run wrote (no group was in both: a group with any member in the journal was either skipped
+    or, with ``reread``, run again whole, and then the journal is read again to count each id once)."""
+    if reread:
+        state, tally = journal.recover(), RolloutTally()
+    return {
+        "total_in_output": len(state.ids) + tally.trajectories,
+        "stop_reasons_in_output": state.stop_reasons + tally.stop_reasons,
+        "policy_versions_in_output": state.policy_versions + tally.policy_versions,
+        "groups_in_output": len(state.groups) + tally.groups,
+        "failed_groups_in_output": len(state.failed_groups) + tally.failed_groups,
+        "rewards_in_output": state.rewards.merged(tally.rewards),
+    }
 
 
 def in_background(fn: Callable[[], Any]) -> Future:

@@ -46,17 +46,24 @@ class KeySet:
         self._pending += key_of(text)
 
     def _settle(self) -> None:
+        """Merge the added keys into the sorted columns (about 56 bytes a key while it runs, 16 after)."""
         if not self._pending:
             return
-        keys = np.empty(len(self._hi) + len(self._pending) // KEY_BYTES, KEY)
-        keys["hi"][: len(self._hi)], keys["lo"][: len(self._hi)] = self._hi, self._lo
-        keys[len(self._hi) :] = np.frombuffer(self._pending, KEY)
+        added = np.frombuffer(self._pending, KEY)
+        hi, lo = np.concatenate([self._hi, added["hi"]]), np.concatenate([self._lo, added["lo"]])
+        del added
         self._pending = bytearray()
-        merged, counts = np.unique(keys, return_counts=True)
-        del keys
-        self._repeats += int(counts.sum()) - len(merged)
-        self._repeated.update(key.tobytes() for key in merged[counts > 1])
-        self._hi, self._lo = merged["hi"].copy(), merged["lo"].copy()
+        order = np.lexsort((lo, hi))
+        hi, lo = hi[order], lo[order]
+        del order
+        same = (hi[1:] == hi[:-1]) & (lo[1:] == lo[:-1])
+        if same.any():
+            again = np.flatnonzero(same) + 1
+            self._repeats += len(again)
+            self._repeated.update(int(hi[i]).to_bytes(8, "little") + int(lo[i]).to_bytes(8, "little") for i in again)
+            keep = np.concatenate([[True], ~same])
+            hi, lo = hi[keep], lo[keep]
+        self._hi, self._lo = hi, lo
 
     @property
     def repeats(self) -> int:

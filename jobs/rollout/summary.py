@@ -71,6 +71,15 @@ class RewardStats:
         self.mean += delta / self.count
         self.m2 += delta * (float(reward) - self.mean)
 
+    def merged(self, other: RewardStats) -> RewardStats:
+        """The figures of both sets of rewards together (Chan et al.'s pairwise combination)."""
+        count = self.count + other.count
+        if not count:
+            return RewardStats()
+        delta = other.mean - self.mean
+        mean = self.mean + delta * other.count / count
+        return RewardStats(count, mean, self.m2 + other.m2 + delta * delta * self.count * other.count / count)
+
     @property
     def std(self) -> float:
         return math.sqrt(max(0.0, self.m2) / self.count) if self.count else 0.0

@@ -228,3 +228,27 @@ def test_streaming_a_plan_holds_bytes_not_rows_per_prompt(tmp_path):
     stream_growth = traced_peak(stream(large)) - traced_peak(stream(small))
     assert check_growth < 64 * (large - small)
     assert stream_growth < 64 * 1024  # a constant: no per-prompt state
+
+
+def test_the_output_figures_add_this_runs_tally_to_the_journals_start(tmp_path):
+    """What ``run`` reports for the whole output without reading the journal again equals a re-read."""
+    from twinkle_agentic.jobs.rollout.job import in_output
+
+    journal, _ = Journal.open(str(tmp_path), FINGERPRINT, overwrite=False)
+    journal.append([member("a/s0", "a", 2, 0.0), member("a/s1", "a", 2, 1.0)])
+    journal.close()
+    journal, state = Journal.open(str(tmp_path), FINGERPRINT, overwrite=False)
+    tally = RolloutTally()
+    for gid, rewards, failed in (("b", [0.5, 2.0], False), ("c", [1.0, 1.0], True)):
+        group = [{**member(f"{gid}/s{k}", gid, 2, r), "group_failed": failed, "policy_version": 3} for k, r in enumerate(rewards)]
+        journal.append(group)
+        tally.add_group(group)
+    journal.close()
+    derived, reread = in_output(journal, state, tally, reread=False), in_output(journal, state, tally, reread=True)
+    rewards = derived.pop("rewards_in_output"), reread.pop("rewards_in_output")
+    assert derived == reread == {
+        "total_in_output": 6, "stop_reasons_in_output": {"stop": 6}, "policy_versions_in_output": {"none": 2, "3": 4},
+        "groups_in_output": 3, "failed_groups_in_output": 1,
+    }  # fmt: skip
+    assert [reward_figures(r) for r in rewards] == [reward_figures([0.0, 1.0, 0.5, 2.0, 1.0, 1.0])] * 2
+    assert RewardStats().merged(RewardStats()) == RewardStats()
