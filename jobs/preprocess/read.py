@@ -142,25 +142,24 @@ class RecordDatasource(Datasource):
         return tasks
 
     def _read(self, group: list[Source]) -> Iterator[Any]:
-        if self.ledger is not None and self.ledger.checkpoints is not None:
-            return self._read_resumable(group)
+        if self.transform is not None and self.ledger is not None and self.ledger.checkpoints is not None:
+            return self._read_resumable(group, self.transform, self.ledger)
         blocks = read_blocks(group, self.block_rows, self.unreadable)
         if self.transform is None:
             return blocks
         frames = map(self.transform, blocks)
         return frames if self.ledger is None else self.ledger.route(frames, f"read-{group[0].index:06d}")
 
-    def _read_resumable(self, group: list[Source]) -> Iterator[Any]:
+    def _read_resumable(self, group: list[Source], transform: Any, ledger: EarlyLedger) -> Iterator[Any]:
         """One input at a time: a committed input's frames from its checkpoint; any other input read,
         filtered, its drops written to its own ledger file and its frames to its checkpoint
         (:mod:`.resume`), so what a task has finished survives the task and the run."""
-        assert self.transform is not None and self.ledger is not None and self.ledger.checkpoints is not None
-        checkpoints = self.ledger.checkpoints
-        schema = self.transform.output_schema()
+        checkpoints = ledger.checkpoints
+        schema = transform.output_schema()
         for source in group:
             if source.index in checkpoints.committed:
                 yield from checkpoints.read(source.index)
                 continue
-            frames = map(self.transform, read_blocks([source], self.block_rows, self.unreadable))
-            routed = self.ledger.route(frames, f"read-{source.index:06d}")
+            frames = map(transform, read_blocks([source], self.block_rows, self.unreadable))
+            routed = ledger.route(frames, f"read-{source.index:06d}")
             yield from checkpoints.write(source.index, routed, schema)

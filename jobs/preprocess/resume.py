@@ -84,14 +84,21 @@ def input_fingerprint(sources: list[Source]) -> list[dict[str, Any]]:
 
 
 def fingerprint(cfg: Any, sources: list[Source]) -> dict[str, Any]:
-    """What decides a run's output: its inputs as they are now, its steps and the settings in
-    :data:`OUTPUT_SETTINGS`, as JSON values."""
+    """What decides a run's output: its inputs as they are now, its steps, the settings in
+    :data:`OUTPUT_SETTINGS` and the installed twinkle-agentic's version (its steps' code), as JSON."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    settings = {name: getattr(cfg, name) for name in OUTPUT_SETTINGS}
+    try:
+        settings["twinkle_agentic_version"] = version("twinkle-agentic")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        settings["twinkle_agentic_version"] = None
     return json.loads(
         json.dumps(
             {
                 "inputs": input_fingerprint(sources),
                 "steps": [spec.to_config() for spec in cfg.steps],
-                "settings": {name: getattr(cfg, name) for name in OUTPUT_SETTINGS},
+                "settings": settings,
             }
         )
     )
@@ -235,6 +242,8 @@ def open_run(filesystem: Any, root: str, output: str, now: dict[str, Any], entri
     ``run.json``; one with a run of the same fingerprint is cleared of everything not committed; a
     run of another fingerprint, or output not made by a resumable run, is a ConfigError naming why and
     the fix. ``entries``: the run's output files and folders (kept/, dropped/, stats.json, ...)."""
+    from pyarrow import fs
+
     from .report import STATS_FILE
     from .shared_storage import stale_markers
     from .sink import DROPPED_DIR
@@ -243,7 +252,7 @@ def open_run(filesystem: Any, root: str, output: str, now: dict[str, Any], entri
     entries = [e for e in entries if e.rstrip("/") != base.path]
     run_file = base.child(RUN_FILE)
     if not run_file.exists():
-        present = [e for e in entries if filesystem.get_file_info(e).type.name != "NotFound"]
+        present = [e for e in entries if filesystem.get_file_info(e).type != fs.FileType.NotFound]
         if present:
             raise ConfigError(
                 f"output directory {output!r} holds a run that was not started with --resume ({present[0]}), "
@@ -266,7 +275,7 @@ def open_run(filesystem: Any, root: str, output: str, now: dict[str, Any], entri
         )
     folder = posixpath.join(base.path, CHECKPOINT_DIR)
     names = _names(filesystem, folder)
-    if filesystem.get_file_info(posixpath.join(root, STATS_FILE)).type.name == "File":
+    if filesystem.get_file_info(posixpath.join(root, STATS_FILE)).type == fs.FileType.File:
         _delete(filesystem, folder)  # a run killed after stats.json, before it removed them
         return ResumeState(run_id, complete=True, resumed=True)
     committed = committed_indexes(names)
