@@ -344,6 +344,21 @@ def reports_timed(cpu: list[float]) -> Iterator[None]:
         job.write_reports = write_reports
 
 
+@contextmanager
+def input_digests(on: bool) -> Iterator[None]:
+    """With ``on`` false, the job runs without its pass that checksums every input for stats.json
+    (its ``inputs`` list comes out empty): the other half of the ``--digests-ab`` comparison."""
+    from twinkle_agentic.jobs.preprocess import job
+
+    start, gather = job.start_digests, job.gather_digests
+    if not on:
+        job.start_digests, job.gather_digests = (lambda sources, tasks: []), (lambda refs: [])
+    try:
+        yield
+    finally:
+        job.start_digests, job.gather_digests = start, gather
+
+
 def child_job(
     corpus: str,
     config: str | None,
@@ -352,10 +367,12 @@ def child_job(
     batch_size: int | None,
     runs: int = 1,
     timeline: bool = False,
+    digests_ab: bool = False,
 ) -> list[dict]:
     """The job ``runs`` times on one embedded cluster: the first pays the per-run start-up (worker
     processes importing Ray Data and the pipeline, Ray Data's own actors), later ones find it done,
-    as jobs do on a long-lived driver (a notebook, a service) that runs one preprocess after another."""
+    as jobs do on a long-lived driver (a notebook, a service) that runs one preprocess after another.
+    With ``digests_ab`` every second run (the 2nd, 4th, ...) skips the input checksum pass."""
     from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
     from twinkle_agentic.jobs.preprocess.job import connect, run
 
@@ -366,10 +383,11 @@ def child_job(
     cfg = resolve_config(build_parser().parse_args(argv))
     connect(None, num_cpus=cpus)  # start the cluster first: its start-up is not the job's work
     results = []
-    for _ in range(runs):
+    for index in range(runs):
+        digests = not (digests_ab and index % 2)
         store_before, started_before = object_store_mib(), worker_processes_started()
         report_cpu: list[float] = []
-        with ClusterSampler() as cluster, reports_timed(report_cpu):
+        with ClusterSampler() as cluster, reports_timed(report_cpu), input_digests(digests):
             time.sleep(0.5)
             cluster_start, cluster_start_cpu_s, cpu_start = cluster.snapshot(), cluster.cpu_s, _own_cpu_s()
             started = time.time()
@@ -382,6 +400,7 @@ def child_job(
                 "rows": summary.rows_read,
                 "kept": summary.kept,
                 "seconds": summary.seconds,
+                "input_digests": digests,
                 "object_store_mib": {
                     "capacity": round(store_after["capacity"]),
                     "spilled": store_after["spilled"] - store_before["spilled"],
@@ -566,6 +585,7 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
                 args.batch_size,
                 args.job_runs,
                 args.timeline,
+                args.digests_ab,
             ]
         )
         for run_index, job in enumerate(jobs, 1):
@@ -579,6 +599,7 @@ def measure_size(args: argparse.Namespace, n: int, round_index: int) -> list[dic
                 result["cpu_efficiency"] = paused_cpu_s / job["cpu_s"]  # one process's CPU work / the job's
             results.append(result)
             label = f"job {cpus} CPU" + (f" #{run_index}" if len(jobs) > 1 else "")
+            label += "" if job["input_digests"] else " -sha"
             print(
                 f"{job['rows']:>9,} {label:>13} {job['seconds']:>8.1f} {rate:>8,.0f} "
                 f"{_percent(result.get('efficiency')):>10} {job['cpu_s']:>7.1f} "
@@ -681,6 +702,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run the job alone, without the one-process references (no efficiency): for corpora whose "
         "rows one process cannot hold, to measure the job's memory and spilling at scale",
     )
+    parser.add_argument(
+        "--digests-ab",
+        action="store_true",
+        help="run every second job (#2, #4, ...) without the pass that checksums each input for "
+        "stats.json: what that pass costs, side by side on one cluster (use --job-runs 5 or more)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/twinkle-bench-preprocess"))
     parser.add_argument("--record", type=Path, help="append a JSON record of the results to this file")
@@ -725,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
             "rounds": args.rounds,
             "pair": args.pair,
             "job_only": args.job_only,
+            "digests_ab": args.digests_ab,
         },
         "git_sha": git_sha(),
         "results": results,
