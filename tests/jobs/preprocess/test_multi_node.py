@@ -1,10 +1,12 @@
-"""The preprocess job on a cluster of two nodes, one of which does not see part of the driver's disk.
+"""The preprocess job on a cluster of several nodes: a head where the driver runs, a second node that
+does not see part of the driver's disk, and (last) a third node that joins while a job runs.
 
-The head (where the driver runs) has no CPU, so every task of the job runs on the second node. That
-node's ``ray start`` runs in a mount namespace of its own, where a tmpfs covers the test's
-``private`` folder: the view of a second machine that lacks the driver's local disk. ``shared``
-is seen by both nodes, as a shared volume would be. Needs ``unshare`` and the right to mount
-(root, or unprivileged user namespaces); skipped where the machine allows neither.
+The head has no CPU, so every task of the job runs on the other nodes. The second node's
+``ray start`` runs in a mount namespace of its own, where a tmpfs covers the test's ``private``
+folder: the view of a second machine that lacks the driver's local disk. ``shared`` is seen by every
+node, as a shared volume would be. Needs ``unshare`` and the right to mount (root, or unprivileged
+user namespaces); skipped where the machine allows neither. The tests share one cluster (its start
+is most of their time); the one that grows it runs last.
 """
 
 from __future__ import annotations
@@ -35,6 +37,28 @@ pytestmark = pytest.mark.integration
 
 STEPS = [StepSpec("HardFilter", {"min_user_chars": 10}), StepSpec("DedupFilter")]
 NODE_TIMEOUT_S = 120
+# The growing cluster: 12 files of 2.5 s each, in 8 read tasks, 4 at once (4 of two files first).
+FILES, ROWS_PER_FILE, DELAY_S = 12, 25, 0.1
+PLAN_TIMEOUT_S = 120
+
+# The cluster config an autoscaler v2 reports, written into the GCS as it does: a head of no CPU and
+# up to two workers of 2 CPUs, so the job plans its read for 4 CPUs while the cluster has 2.
+REPORT_CLUSTER_CONFIG = """
+import sys, ray
+from ray.core.generated import autoscaler_pb2
+from ray.experimental.internal_kv import _internal_kv_put
+ray.init(address=sys.argv[1], log_to_driver=False)
+config = autoscaler_pb2.ClusterConfig()
+for name, cpus, count in (("head", 0, 1), ("cpu_worker", 2, 2)):
+    group = config.node_group_configs.add()
+    group.name, group.max_count = name, count
+    group.resources["CPU"] = cpus
+_internal_kv_put(
+    ray._raylet.GCS_AUTOSCALER_CLUSTER_CONFIG_KEY.encode(), config.SerializeToString(), overwrite=True,
+    namespace=ray._raylet.GCS_AUTOSCALER_STATE_NAMESPACE.encode(),
+)
+print(ray._private.state.state.get_max_resources_from_cluster_config()["CPU"])
+"""
 
 
 def hide_command(folder: Path) -> list[str] | None:
@@ -55,8 +79,9 @@ def hide_command(folder: Path) -> list[str] | None:
 
 @contextlib.contextmanager
 def worker_node(head: LocalHead, hide: list[str], num_cpus: int, log: Path) -> Iterator[tuple[str, Path]]:
-    """A second Ray node joined to ``head``, started under ``hide`` (:func:`hide_command`); yields its
-    node id and the root of its view of the file system (``/proc/<pid>/root`` of its processes)."""
+    """A Ray node joined to ``head``, started under ``hide`` (:func:`hide_command`); yields its node
+    id and the root of its view of the file system (``/proc/<pid>/root`` of its processes)."""
+    joined = {n["node_id"] for n in worker_nodes(head)}
     ray_cli = str(Path(sys.executable).with_name("ray"))
     agent, agent_grpc, runtime_env, metrics = free_ports(4)
     command = [
@@ -70,24 +95,31 @@ def worker_node(head: LocalHead, hide: list[str], num_cpus: int, log: Path) -> I
             command, stdout=out, stderr=subprocess.STDOUT, env=head.env, start_new_session=True
         )
     try:
-        yield wait_for_second_node(head, process, log), Path(f"/proc/{process.pid}/root")
+        yield wait_for_new_node(head, process, log, joined), Path(f"/proc/{process.pid}/root")
     finally:
         stop_process_group(process)
 
 
-def wait_for_second_node(head: LocalHead, process: subprocess.Popen, log: Path) -> str:
+def worker_nodes(head: LocalHead) -> list[dict]:
+    """The live nodes other than the head that have their CPUs, from the dashboard."""
     request = urllib.request.Request(f"{head.dashboard_url}/api/v0/nodes", headers=auth_headers(head.env))
+    with urllib.request.urlopen(request, timeout=5) as response:
+        nodes = json.load(response)["data"]["result"]["result"]
+    alive = [n for n in nodes if n["state"] == "ALIVE" and not n["is_head_node"]]
+    return [n for n in alive if n.get("resources_total", {}).get("CPU")]
+
+
+def wait_for_new_node(head: LocalHead, process: subprocess.Popen, log: Path, joined: set[str]) -> str:
+    """The id of the node ``process`` started, once it is live: the first one not in ``joined``."""
     deadline = time.monotonic() + NODE_TIMEOUT_S
     while time.monotonic() < deadline:
         assert process.poll() is None, log.read_text(errors="replace")[-3000:]
         with contextlib.suppress(OSError, ValueError, KeyError):
-            with urllib.request.urlopen(request, timeout=5) as response:
-                nodes = json.load(response)["data"]["result"]["result"]
-            others = [n for n in nodes if n["state"] == "ALIVE" and not n["is_head_node"]]
-            if others and others[0].get("resources_total", {}).get("CPU"):
-                return others[0]["node_id"]
+            new = [n["node_id"] for n in worker_nodes(head) if n["node_id"] not in joined]
+            if new:
+                return new[0]
         time.sleep(0.5)
-    raise AssertionError("the second node did not join:\n" + log.read_text(errors="replace")[-3000:])
+    raise AssertionError("the node did not join:\n" + log.read_text(errors="replace")[-3000:])
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +208,65 @@ def test_an_output_folder_only_the_driver_sees_gets_no_file_from_the_other_node(
     assert f"on node {node_id[:12]} (" in result.stderr
     assert sorted(p.name for p in out.iterdir()) == []  # no stats, no report, the marker removed
     assert not (view / out.relative_to("/")).exists()  # and nothing on the other node's disk
+
+
+def write_stamped_inputs(folder: Path) -> Path:
+    """FILES small JSON Lines files, each row with a distinct id and user turn."""
+    inputs = folder / "in"
+    inputs.mkdir(parents=True)
+    for f in range(FILES):
+        rows = [
+            {"id": f * 1000 + i, "messages": [{"role": "user", "content": f"question {i} of file {f}"}]}
+            for i in range(ROWS_PER_FILE)
+        ]
+        (inputs / f"part-{f:02d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return inputs
+
+
+def wait_for_line(path: Path, needle: str, process: subprocess.Popen) -> str:
+    """The first line of the log at ``path`` that holds ``needle``, once ``process`` has written it."""
+    deadline = time.monotonic() + PLAN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        found = [line for line in text.splitlines() if needle in line]
+        if found:
+            return found[0]
+        assert process.poll() is None, text[-3000:]
+        time.sleep(0.2)
+    raise AssertionError(f"the job never logged {needle!r}:\n" + path.read_text(errors="replace")[-3000:])
+
+
+def test_a_node_that_joins_after_the_job_started_takes_reads(two_nodes):
+    """The read is planned for the cluster's largest size as its autoscaler reports it (4 CPUs, while
+    2 are present), so a node that joins after the job started takes reads: a step stamps every row
+    with the node that read it. Runs last: it leaves the reported config in the cluster."""
+    head, node_id, shared, _, _ = two_nodes
+    folder = shared / "grows"
+    inputs = write_stamped_inputs(folder)
+    config = folder / "pipeline.yaml"
+    step = StepSpec("tests.support.job_steps:NodeStamp", {"delay_s": DELAY_S})
+    config.write_text(json.dumps({"steps": [step.to_config()]}))
+    out, log = folder / "out", folder / "job.log"
+    reported = subprocess.run(
+        [sys.executable, "-c", REPORT_CLUSTER_CONFIG, head.address],
+        capture_output=True, text=True, env=head.env, timeout=120, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert reported.returncode == 0 and reported.stdout.split()[-1] == "4", reported.stderr[-3000:]
+    command = [sys.executable, "-m", "twinkle_agentic.jobs.preprocess", "--address", head.address,
+               "--config", str(config), "--input", str(inputs), "--output", str(out), "--no-progress"]  # fmt: skip
+    with open(log, "wb") as sink:
+        job = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=head.env, cwd=REPO_ROOT)
+    try:
+        plan = wait_for_line(log, "read planned for", job)
+        assert "read planned for 4 CPU(s): 8 whole-file task(s), at most 4 at once" in plan
+        with worker_node(head, [], num_cpus=2, log=folder / "node.log") as (joined_id, _):
+            assert job.wait(timeout=240) == 0, log.read_text(errors="replace")[-4000:]
+    finally:
+        if job.poll() is None:
+            job.kill()
+    kept = read_outputs(out)["kept_lines"]
+    nodes = [json.loads(line)["node"] for line in kept]
+    assert len(nodes) == FILES * ROWS_PER_FILE
+    # the job started with the second node alone (2 CPUs); the node that joined read some of the files
+    assert set(nodes) <= {node_id, joined_id}
+    assert nodes.count(joined_id) >= ROWS_PER_FILE, {n[:8]: nodes.count(n) for n in set(nodes)}
