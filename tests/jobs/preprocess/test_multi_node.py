@@ -4,9 +4,10 @@ does not see part of the driver's disk, and (last) a third node that joins while
 The head has no CPU, so every task of the job runs on the other nodes. The second node's
 ``ray start`` runs in a mount namespace of its own, where a tmpfs covers the test's ``private``
 folder: the view of a second machine that lacks the driver's local disk. ``shared`` is seen by every
-node, as a shared volume would be. Needs ``unshare`` and the right to mount (root, or unprivileged
-user namespaces); skipped where the machine allows neither. The tests share one cluster (its start
-is most of their time); the one that grows it runs last.
+node, as a shared volume would be. Hiding it needs ``unshare`` and the right to mount (root, or
+unprivileged user namespaces); the tests of that folder are skipped where the machine allows
+neither. The tests share one cluster (its start is most of their time); the one that grows it runs
+last.
 """
 
 from __future__ import annotations
@@ -130,17 +131,21 @@ def two_nodes(tmp_path_factory) -> Iterator[tuple[LocalHead, str, Path, Path, Pa
     shared, private = root / "shared", root / "private"
     shared.mkdir()
     hide = hide_command(private)
-    if hide is None:
-        pytest.skip("this machine cannot give a Ray node a mount namespace of its own (unshare, mount)")
     with (
         LocalHead(num_cpus=0, object_store_memory=200 * 1024 * 1024, auth_mode="token") as head,
-        worker_node(head, hide, num_cpus=2, log=root / "node.log") as (node_id, view),
+        worker_node(head, hide or [], num_cpus=2, log=root / "node.log") as (node_id, view),
     ):
         (private / "probe").write_text("the driver's disk")
         (shared / "probe").write_text("a shared volume")
-        assert not (view / private.relative_to("/") / "probe").exists()
+        assert (view / private.relative_to("/") / "probe").exists() == (hide is None)
         assert (view / shared.relative_to("/") / "probe").exists()
         yield head, node_id, shared, private, view
+
+
+def skip_unless_hidden(private: Path, view: Path) -> None:
+    """The tests of a disk only the driver sees need the second node's own mount namespace."""
+    if (view / private.relative_to("/") / "probe").exists():
+        pytest.skip("this machine cannot give a Ray node a mount namespace of its own (unshare, mount)")
 
 
 def preprocess(head: LocalHead, inputs: Path, out: Path, config: Path) -> subprocess.CompletedProcess:
@@ -184,7 +189,8 @@ def test_on_shared_storage_every_task_runs_on_the_other_node_and_the_output_is_c
 
 
 def test_inputs_only_the_driver_sees_stop_the_run_naming_the_node(two_nodes, chat_inputs):
-    head, node_id, shared, private, _ = two_nodes
+    head, node_id, shared, private, view = two_nodes
+    skip_unless_hidden(private, view)
     inputs, config = write_inputs(chat_inputs, private / "run2", shared)
     out = shared / "run2-out"
     result = preprocess(head, inputs, out, config)
@@ -200,6 +206,7 @@ def test_an_output_folder_only_the_driver_sees_gets_no_file_from_the_other_node(
     """Before the check, this run "succeeded": its part files went to the other node's disk and its
     stats.json to the driver's."""
     head, node_id, shared, private, view = two_nodes
+    skip_unless_hidden(private, view)
     inputs, config = write_inputs(chat_inputs, shared / "run3", shared / "run3")
     out = private / "run3-out"
     result = preprocess(head, inputs, out, config)
