@@ -16,7 +16,6 @@ import importlib.util
 import json
 import random
 import resource
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.records import emit_record, git_sha  # noqa: E402
+from bench.records import child_record, emit_record, git_sha  # noqa: E402
 from bench.sim_ray import SimRay  # noqa: E402
 
 
@@ -183,10 +182,7 @@ def child(args: argparse.Namespace, n: int, trace: bool) -> dict[str, Any]:
         command.append("--trace-memory")
     if args.driver:
         command += ["--driver", args.driver]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise SystemExit(f"the run of {n:,} trajectories failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_record(command, f"{n:,} trajectories")
 
 
 def main() -> None:

@@ -28,3 +28,12 @@ def emit_record(record: dict, path: str | os.PathLike[str] | None) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
+
+
+def child_record(command: list[str], what: str) -> dict:
+    """Run one measurement in a fresh interpreter (so its peak RSS is its own) and return the record
+    it prints as its last line; a failed child ends the bench with its stderr, naming ``what``."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"the run of {what} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

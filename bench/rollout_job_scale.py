@@ -17,7 +17,6 @@ import argparse
 import json
 import resource
 import shutil
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.records import emit_record, git_sha  # noqa: E402
+from bench.records import child_record, emit_record, git_sha  # noqa: E402
 
 REPEAT_EVERY = 100  # every 100th row repeats an earlier one: ids with ~2, ~3
 BATCH = 32
@@ -189,10 +188,7 @@ def child(args: argparse.Namespace, folder: Path, n: int, trace: bool) -> dict[s
         command.append("--trace-memory")
     if args.code:
         command += ["--code", args.code]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise SystemExit(f"the run of {n:,} prompts failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_record(command, f"{n:,} prompts")
 
 
 def main() -> None:
