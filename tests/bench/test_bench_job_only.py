@@ -57,7 +57,7 @@ def test_job_only_runs_no_reference_and_reports_no_efficiency(tmp_path, monkeypa
             "rows": 1000, "kept": 900, "seconds": 2.0, "cpu_s": 3.5, "cpu_s_by_process": {"workers": 3.0},
             "kernel_cpu_s_by_process": {}, "minor_faults_by_process": {}, "driver_peak_mb": 250.0,
             "workers_peak_total_mb": 900.0, "workers_peak_single_mb": 500.0, "workers_peak_pss_mb": 800.0,
-            "object_store_mib": {"capacity": 7000, "spilled": 1500.0, "restored": 1400.0},
+            "object_store_mib": {"capacity": 7000, "spilled": 1500.0, "restored": 1400.0}, "input_digests": True,
         }  # fmt: skip
         return [job, dict(job, seconds=1.0)]
 
@@ -65,7 +65,7 @@ def test_job_only_runs_no_reference_and_reports_no_efficiency(tmp_path, monkeypa
     monkeypatch.setattr(bench, "make_corpus", lambda work, rows, seed: tmp_path)
     args = argparse.Namespace(
         work=tmp_path, seed=0, config=None, cpus=[2], batch_size=None, job_runs=2, timeline=False,
-        pair=True, job_only=True,
+        pair=True, job_only=True, digests_ab=False,
     )  # fmt: skip
     results = bench.measure_size(args, 1000, 1)
 
