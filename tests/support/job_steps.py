@@ -96,13 +96,18 @@ class FailsToLoad:
 
 class NodeStamp(Mapper):
     """Writes the id of the Ray node that ran it into each row, after ``delay_s`` per row: which node
-    read which rows, in the fused read+first-stage tasks."""
+    read which rows, in the fused read+first-stage tasks. With ``wait_file`` each row first waits (at
+    most 120 s) for that file to exist, so the tasks already running outlast an event the test makes."""
 
-    def __init__(self, delay_s: float = 0.0):
+    def __init__(self, delay_s: float = 0.0, wait_file: str | None = None):
         self.delay_s = delay_s
+        self.wait_file = wait_file
 
     def map_row(self, row: dict) -> dict:
         import ray
 
+        deadline = time.monotonic() + 120
+        while self.wait_file and not os.path.exists(self.wait_file) and time.monotonic() < deadline:
+            time.sleep(0.1)
         time.sleep(self.delay_s)
         return {**row, "node": ray.get_runtime_context().get_node_id()}

@@ -91,12 +91,21 @@ def worker_node(head: LocalHead, hide: list[str], num_cpus: int, log: Path) -> I
         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
         f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
     ]  # fmt: skip
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=head.env, start_new_session=True
-        )
+    for attempt in (1, 2):  # `ray start` gives up after a fixed 30 s when its raylet registers late (a busy machine)
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, env=head.env, start_new_session=True
+            )
+        try:
+            node_id = wait_for_new_node(head, process, log, joined)
+            break
+        except AssertionError:
+            exited = process.poll() is not None  # it gave up starting (else: it never joined, no retry)
+            stop_process_group(process)
+            if attempt == 2 or not exited:
+                raise
     try:
-        yield wait_for_new_node(head, process, log, joined), Path(f"/proc/{process.pid}/root")
+        yield node_id, Path(f"/proc/{process.pid}/root")
     finally:
         stop_process_group(process)
 
@@ -251,7 +260,8 @@ def test_a_node_that_joins_after_the_job_started_takes_reads(two_nodes):
     folder = shared / "grows"
     inputs = write_stamped_inputs(folder)
     config = folder / "pipeline.yaml"
-    step = StepSpec("tests.support.job_steps:NodeStamp", {"delay_s": DELAY_S})
+    joined_flag = folder / "joined"  # the reads already running wait for the node to join
+    step = StepSpec("tests.support.job_steps:NodeStamp", {"delay_s": DELAY_S, "wait_file": str(joined_flag)})
     config.write_text(json.dumps({"steps": [step.to_config()]}))
     out, log = folder / "out", folder / "job.log"
     reported = subprocess.run(
@@ -267,6 +277,7 @@ def test_a_node_that_joins_after_the_job_started_takes_reads(two_nodes):
         plan = wait_for_line(log, "read planned for", job)
         assert "read planned for 4 CPU(s): 8 whole-file task(s), at most 4 at once" in plan
         with worker_node(head, [], num_cpus=2, log=folder / "node.log") as (joined_id, _):
+            joined_flag.write_text(joined_id)
             assert job.wait(timeout=240) == 0, log.read_text(errors="replace")[-4000:]
     finally:
         if job.poll() is None:
