@@ -169,15 +169,27 @@ def _of_kinds(table: Any, kinds: Sequence[int]) -> Any:
     return np.isin(table.column(KIND).to_numpy(), np.array(kinds, np.int8))
 
 
-class NearBands:
-    """Step 1, a ``map_batches`` function: frames routed by id, plus the band records of live rows."""
+class _NearPhase:
+    """A ``map_batches`` callable of one phase of the exchange: holds the step, runs ``_process`` with
+    the collector paused and errors reported as the named phase's."""
+
+    phase = ""
 
     def __init__(self, step: NearDedupFilter):
         self.step = step
 
     def __call__(self, table: Any) -> Any:
-        with gc_paused(), errors_as_user_code("near_dedup_bands"):
+        with gc_paused(), errors_as_user_code(self.phase):
             return self._process(table)
+
+    def _process(self, table: Any) -> Any:
+        raise NotImplementedError
+
+
+class NearBands(_NearPhase):
+    """Step 1, a ``map_batches`` function: frames routed by id, plus the band records of live rows."""
+
+    phase = "near_dedup_bands"
 
     def _process(self, table: Any) -> Any:
         import numpy as np
@@ -279,16 +291,11 @@ def _candidates(table: Any) -> Any:
     return pa.concat_tables(parts) if len(parts) > 1 else rest
 
 
-class NearAttach:
+class NearAttach(_NearPhase):
     """Step 3 on one partition (``batch_size=None``): each candidate record takes its parent's
     shingle set, from the parent's frame here, and is routed on to its child."""
 
-    def __init__(self, step: NearDedupFilter):
-        self.step = step
-
-    def __call__(self, table: Any) -> Any:
-        with gc_paused(), errors_as_user_code("near_dedup_attach"):
-            return self._process(table)
+    phase = "near_dedup_attach"
 
     def _process(self, table: Any) -> Any:
         import pyarrow as pa
@@ -331,18 +338,13 @@ def _shingles_of(step: NearDedupFilter, frames: Any, wanted: Any) -> dict[int, A
     }
 
 
-class NearVerify:
+class NearVerify(_NearPhase):
     """Step 4 on one partition (``batch_size=None``): verifies the candidates of each live row here and
     returns the rule's graph for the rounds: a link per verified candidate and per copy record
     (routed by the parent), a pending record per row with links (routed by the row), and the frames,
     unchanged."""
 
-    def __init__(self, step: NearDedupFilter):
-        self.step = step
-
-    def __call__(self, table: Any) -> Any:
-        with gc_paused(), errors_as_user_code("near_dedup_verify"):
-            return self._process(table)
+    phase = "near_dedup_verify"
 
     def _process(self, table: Any) -> Any:
         import numpy as np
