@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the overlapped runs' --trainer-threads (default: torch's; the synchronous runs always use it)",
     )
+    for mode in ("sync", "overlap"):
+        p.add_argument(
+            f"--{mode}-omp-wait",
+            choices=("auto", "active", "passive"),
+            default="auto",
+            help=f"the {mode} runs' --trainer-omp-wait (default auto: the example's, active for sync, passive "
+            "for overlap)",
+        )
     p.add_argument("--noise", type=float, default=NOISE, help="allowed shortfall of the reward change")
     p.add_argument("--output", type=Path, default=Path("/tmp/grpo_overlap"), help="runs and record")
     p.add_argument("--run-timeout", type=float, default=600, help="seconds before a run is stopped")
@@ -173,6 +181,11 @@ def table(rounds: list[dict[str, dict[str, Any]]]) -> str:
     return "\n".join(rows)
 
 
+def omp_wait(wait: str) -> list[str]:
+    """The example's ``--trainer-omp-wait`` argument, none for its own default (``auto``)."""
+    return [] if wait == "auto" else ["--trainer-omp-wait", wait]
+
+
 def runs_of_round(index: int, args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     """The two runs of round ``index`` (their order alternates between rounds)."""
     common = ["--steps", str(args.steps), "--tool-latency", args.tool_latency, "--mode", args.mode]
@@ -182,7 +195,7 @@ def runs_of_round(index: int, args: argparse.Namespace) -> list[tuple[str, list[
         else ["--trainer-threads", str(args.overlap_trainer_threads)]
     )
     runs = [
-        ("sync", common),
+        ("sync", [*common, *omp_wait(args.sync_omp_wait)]),
         (
             "overlap",
             [
@@ -194,6 +207,7 @@ def runs_of_round(index: int, args: argparse.Namespace) -> list[tuple[str, list[
                 str(args.run_steps),
                 "--on-update",
                 args.on_update,
+                *omp_wait(args.overlap_omp_wait),
                 *threads,
             ],
         ),

@@ -41,8 +41,10 @@ import argparse
 import copy
 import json
 import math
+import os
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,7 @@ PHRASES = (
 )
 OPERATORS = (("plus", "+"), ("minus", "-"), ("times", "*"))
 REWARD = "twinkle_agentic.rewards.builtin:contains_ground_truth"
+OMP_WAITS = ("auto", "active", "passive")
 TOOL_CALLS_AT_ONCE = 128  # a step's calls all wait at once (worker, Serve and tool server limits)
 
 
@@ -190,6 +193,26 @@ def train_step(model: Any, reference: Any, optimizer: Any, members: list[dict[st
     return {**figures, **stats, "loss": loss.item(), "grad_norm": grad_norm.item(), "tokens": batch.tokens}
 
 
+def import_torch(wait: str) -> str:
+    """Import torch with its OpenMP threads waiting ``wait`` ("active": spin, the runtime's default;
+    "passive": sleep) between parallel regions, and return the policy in effect. Spinning threads hold
+    the cores the overlapped farm needs while it generates; libgomp reads ``OMP_WAIT_POLICY`` once,
+    when torch loads it, so the variable is set for the import only (Ray's processes started later do
+    not inherit it), and a process that loaded torch before keeps the policy it loaded with."""
+    if "torch" in sys.modules:
+        return f"as loaded ({os.environ.get('OMP_WAIT_POLICY', 'active').lower()})"
+    before = os.environ.get("OMP_WAIT_POLICY")
+    os.environ["OMP_WAIT_POLICY"] = wait.upper()
+    try:
+        import torch  # noqa: F401
+    finally:
+        if before is None:
+            del os.environ["OMP_WAIT_POLICY"]
+        else:
+            os.environ["OMP_WAIT_POLICY"] = before
+    return wait
+
+
 def latency_arg(text: str) -> Any:
     from twinkle_agentic.demo.latency import LatencyError, ToolLatency
 
@@ -246,6 +269,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "generates while the trainer trains, so fewer threads leave it cores",
     )
     parser.add_argument(
+        "--trainer-omp-wait",
+        choices=OMP_WAITS,
+        default="auto",
+        help="how the trainer's idle OpenMP threads wait: active (spin) or passive (sleep); default auto: "
+        "passive with --overlap, so they leave the cores to the farm generating meanwhile, else active",
+    )
+    parser.add_argument(
         "--tool-latency",
         type=latency_arg,
         default=latency_arg("none"),
@@ -262,10 +292,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--run-steps must be from 1 to --max-staleness + 1 (a run carries the steps the bound allows)")
     if args.steps < 1 or args.prompts < 1 or args.group_size < 2:
         parser.error("--steps and --prompts must be >= 1 and --group-size >= 2 (a group needs two samples to compare)")
+    if args.trainer_omp_wait == "auto":
+        args.trainer_omp_wait = "passive" if args.overlap else "active"
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    omp_wait = import_torch(args.trainer_omp_wait)
     import torch
     from transformers import AutoModelForCausalLM
     from twinkle_agentic.actors.driver import RolloutFarm
@@ -276,12 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     from twinkle_agentic.demo.latency import trajectory_delays
     from twinkle_agentic.rollout.groups import GroupCollector, roll_groups
 
-    args = parse_args(argv)
     args.output.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
     if args.trainer_threads is not None:
         torch.set_num_threads(args.trainer_threads)
+    print(f"trainer: {torch.get_num_threads()} torch threads, OpenMP wait {omp_wait}", flush=True)
     cfg = job_config(args, tiny_model_path())
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
     args.pad_id = model.config.pad_token_id or 0
@@ -361,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rollout_s": round(t1 - t0, 3),
                     "train_s": round(t2 - t1, 3),
                     "update_s": round(t3 - t2, 3),
+                    "trainer_omp_wait": omp_wait,
                 }
                 metrics.write(json.dumps(line) + "\n")
                 metrics.flush()

@@ -58,3 +58,6 @@ def test_a_round_runs_sync_and_overlap_with_the_same_seed_and_latency_in_alterna
     assert overlap[len(sync) :] == [
         "--overlap", "--max-staleness", "1", "--run-steps", "2", "--on-update", "abort_and_resume",
     ]  # fmt: skip
+    waits = build_parser().parse_args(["--sync-omp-wait", "passive", "--overlap-omp-wait", "active"])
+    sync, overlap = dict(runs_of_round(0, waits))["sync"], dict(runs_of_round(0, waits))["overlap"]
+    assert sync[-2:] == ["--trainer-omp-wait", "passive"] and overlap[-2:] == ["--trainer-omp-wait", "active"]

@@ -70,6 +70,17 @@ def test_bad_arguments_are_refused_with_the_rule():
             train.parse_args(["--output", "x", *bad])
 
 
+def test_the_trainer_threads_sleep_between_regions_when_overlapped():
+    """With --overlap the trainer's OpenMP threads wait passively (the farm generates meanwhile); a
+    process that loaded torch before keeps the policy it loaded with, and says so."""
+    pytest.importorskip("torch")
+    train = load_example()
+    assert train.parse_args(["--output", "x", "--overlap"]).trainer_omp_wait == "passive"
+    assert train.parse_args(["--output", "x"]).trainer_omp_wait == "active"
+    assert train.parse_args(["--output", "x", "--overlap", "--trainer-omp-wait", "active"]).trainer_omp_wait == "active"
+    assert train.import_torch("passive").startswith("as loaded (")
+
+
 def test_the_mismatch_is_taken_per_token_under_the_version_that_generated_it():
     """An update during a trajectory splits its tokens between two versions (``policy_versions``
     spans); each token's trainer logprob comes from its own version's weights."""
