@@ -74,11 +74,12 @@ def _head(args: argparse.Namespace) -> int:
     print(f"Ray head at {head.address} (pid {head.pid}); dashboard and Jobs API at {head.dashboard_url}")
     print(f"  export RAY_AUTH_MODE={head.env['RAY_AUTH_MODE']} RAY_ADDRESS={head.address}")
     print(f"  ray job submit --address {head.dashboard_url} --working-dir . -- twinkle-agentic ...")
-    print("Ctrl-C stops it.", flush=True)
     stop_signals = {signal.SIGINT, signal.SIGTERM}
     # sigwait only takes a signal that is blocked: unblocked, SIGTERM ended this process at once and
     # left the head running, and SIGINT is ignored by processes a script starts in the background.
+    # Blocked before the line that tells a script it may now stop the head.
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    print("Ctrl-C stops it.", flush=True)
     try:
         signal.sigwait(stop_signals)
     finally:
