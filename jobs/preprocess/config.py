@@ -111,8 +111,9 @@ class PreprocessConfig:
         default=False,
         metadata=option(
             "make the run resumable, and continue the resumable run in the output directory if there is "
-            "one: inputs whose first stage finished are taken from their checkpoints, the rest is redone "
-            "(an empty output directory starts a fresh run; a finished run is left as it is)"
+            "one: inputs whose rows passed every stage before the dedup exchange are taken from their "
+            "checkpoints, the others are processed again, the exchange and the writes are redone (an "
+            "empty output directory starts a fresh run; a finished run is left as it is)"
         ),
     )
     progress: bool = field(

@@ -12,6 +12,10 @@ Data flow::
       -> ...
       -> PreprocessDatasink: kept rows, drop ledger, summed StepStats
 
+A resumable run (``--resume``, :func:`build_resumable`) ends the stages before the first exchange with
+a commit stage that checkpoints each input's rows (:mod:`.checkpoints`), and reads the rows of inputs
+committed by an earlier attempt back from their checkpoints, straight into the exchange.
+
 Where dedup runs is the config's choice: a ``DedupFilter`` entry becomes an exchange at exactly that
 place in the pipeline, and the one-process reference runs it on all surviving rows at the same
 place. The bundled default puts it last (its comments say why); the seed documents put it first.
@@ -31,6 +35,7 @@ from twinkle_agentic.io import UNREADABLE_FILE, Source, expand_inputs
 from twinkle_agentic.io.records import READ_STEP
 from twinkle_agentic.preprocessor.pipeline import unique_names
 
+from .checkpoints import UnitCheckpoints
 from .config import PreprocessConfig
 from .frame import DPART, PART_SPACE
 from .input_digests import gather_digests, start_digests
@@ -40,7 +45,6 @@ from .read_plan import ReadPlan, autoscaler_max_cpus, plan_read
 from .report import RunSummary, write_reports
 from .resume import (
     RESUME_DIR,
-    Checkpoints,
     ResumeState,
     crash_point,
     fingerprint,
@@ -316,6 +320,68 @@ def add_stages(
     return ds
 
 
+def split_at_exchange(stages: list[Stage]) -> tuple[list[Stage], list[Stage]]:
+    """(the per-row stages, the first exchange and all after it): each row's work up to the first
+    dedup or near-dedup exchange depends on that row alone, everything from it on on every input."""
+    for at, stage in enumerate(stages):
+        if stage.kind in ("dedup", "near"):
+            return stages[:at], stages[at:]
+    return stages, []
+
+
+def build_resumable(
+    sources: list[Source],
+    steps: list[Any],
+    names: list[str],
+    stages: list[Stage],
+    cfg: PreprocessConfig,
+    partitions: int,
+    cpus: int,
+    ledger: Any,
+    read: ReadPlan,
+) -> Any:
+    """The dataset of a resumable run (``ledger.checkpoints``, see :mod:`.checkpoints`): the inputs not
+    committed are read fused with the first stage, go through every per-row stage and then the commit
+    stage, which writes their checkpoints; the committed inputs' frames are read back from their
+    checkpoints and join them; the first exchange and the stages after it run on both."""
+    import ray.data
+
+    from .checkpoints import CheckpointDatasource
+    from .read import RecordDatasource
+
+    checkpoints = ledger.checkpoints
+    per_row, rest = split_at_exchange(stages)
+    uris = [s.uri for s in sources]
+    cpus_per_actor = actor_cpus(stages, cfg.actors, cpus)
+    parts = []
+    fresh = [s for s in sources if s.index not in checkpoints.committed]
+    if fresh:
+        first = stage_adapter(per_row[0], steps, names, uris)
+        fused = RecordDatasource(
+            fresh, per_row[0].batch_size or cfg.batch_size, first, cfg.unreadable_files, ledger
+        )
+        tasks = min(read.tasks, len(fresh))
+        ds = ray.data.read_datasource(
+            fused, override_num_blocks=tasks, concurrency=read.concurrency, num_cpus=READ_TASK_CPUS
+        )
+        ds = add_stages(ds, steps, names, per_row[1:], cfg, partitions, cpus_per_actor, uris)
+        parts.append(ds.map_batches(checkpoints.commit, batch_size=None, batch_format="pyarrow"))
+    if checkpoints.committed:
+        schema = stage_adapter(per_row[-1], steps, names, uris).output_schema()
+        counted = [(READ_POSITION, READ_STEP)] + [(p, names[p]) for stage in per_row for p in stage.positions]
+        reused = CheckpointDatasource(checkpoints, schema, counted)
+        parts.append(
+            ray.data.read_datasource(
+                reused,
+                override_num_blocks=min(read.tasks, len(checkpoints.committed)),
+                concurrency=read.concurrency,
+                num_cpus=READ_TASK_CPUS,
+            )
+        )
+    ds = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+    return add_stages(ds, steps, names, rest, cfg, partitions, cpus_per_actor, uris)
+
+
 def prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
     """Refuse to mix with an earlier run's files unless ``overwrite``; then clear only our outputs
     (a killed run's storage marker among them). A folder that cannot be made or cleared is a
@@ -447,11 +513,12 @@ def execute(
     names: list[str],
     stages: list[Stage],
     run_id: str,
-    checkpoints: Checkpoints | None = None,
+    checkpoints: UnitCheckpoints | None = None,
 ) -> tuple[str, SinkResult, float, list[dict]]:
     """Connect to Ray and run the dataset into the sink: (cluster description, what the sink
     counted, seconds of the data work, each input's size and checksum). With ``checkpoints`` (a
-    resumable run) the reads are always fused with the first stage, one checkpoint per input."""
+    resumable run) the dataset is :func:`build_resumable`'s: reads fused with the first stage, one
+    checkpoint per input."""
     import ray.data
 
     from .read import estimated_total
@@ -489,7 +556,10 @@ def execute(
         shuffle_strategy=strategy,
         raise_original_map_exception=True,
     ):
-        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger, read)
+        if checkpoints is None:
+            ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger, read)
+        else:
+            ds = build_resumable(sources, steps, names, stages, cfg, partitions, cpus, early_ledger, read)
         sink = PreprocessDatasink(
             cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file, lineage=cfg.lineage
         )
@@ -513,7 +583,7 @@ def run(cfg: PreprocessConfig) -> RunSummary:
             summary.already_complete = True
             return summary
         run_id = state.run_id
-        checkpoints = Checkpoints(cfg.output, run_id, uuid.uuid4().hex[:12], state.committed)
+        checkpoints = UnitCheckpoints(cfg.output, state.committed)
         logger.info(
             "resumable run %s: %d of %d input(s) from checkpoints", run_id, len(state.committed), len(sources)
         )

@@ -14,11 +14,12 @@ first stage, in batches of exactly ``block_rows``: Ray Data fuses a read with a 
 ``map_batches`` only when it may merge the read's blocks first, which turns batches into whole files
 (every row of a file alive at once, and the garbage collector scanning all of them). Given an
 ``EarlyLedger`` too, the task writes the rows the stage dropped to the drop ledger itself and yields
-the rest.
+the rest. In a resumable run it also records each input it finished (:mod:`.checkpoints`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,7 +28,9 @@ from ray.data.datasource import Datasource, ReadTask
 
 from twinkle_agentic.io import UNREADABLE_FAIL, Source, read_source
 
-from .frame import read_schema
+from .checkpoints import line_digest
+from .frame import KIND, LEDGER, LINE, LIVE, ROW, read_schema
+from .resume import crash_point
 from .shared_storage import check_input
 from .sink import EarlyLedger
 
@@ -151,15 +154,23 @@ class RecordDatasource(Datasource):
         return frames if self.ledger is None else self.ledger.route(frames, f"read-{group[0].index:06d}")
 
     def _read_resumable(self, group: list[Source], transform: Any, ledger: EarlyLedger) -> Iterator[Any]:
-        """One input at a time: a committed input's frames from its checkpoint; any other input read,
-        filtered, its drops written to its own ledger file and its frames to its checkpoint
-        (:mod:`.resume`), so what a task has finished survives the task and the run."""
+        """One input at a time: read, filtered, its drops written to its own ledger part, its frames
+        passed on; once its last frame is, its read record (:mod:`.checkpoints`) counts the live rows
+        that went on, so that its checkpoint is known complete when the commit stage has seen them all."""
+        import numpy as np
+
         checkpoints = ledger.checkpoints
-        schema = transform.output_schema()
         for source in group:
-            if source.index in checkpoints.committed:
-                yield from checkpoints.read(source.index)
-                continue
             frames = map(transform, read_blocks([source], self.block_rows, self.unreadable))
-            routed = ledger.route(frames, f"read-{source.index:06d}")
-            yield from checkpoints.write(source.index, routed, schema)
+            rows, digest, drops = 0, 0, None
+            for number, frame in enumerate(ledger.route(frames, f"read-{source.index:06d}")):
+                kinds = frame.column(KIND).to_numpy()
+                live = kinds == LIVE
+                rows += int(np.count_nonzero(live))
+                digest += line_digest(frame.column(LINE).to_numpy()[live])
+                if (kinds == LEDGER).any():
+                    drops = json.loads(frame.column(ROW)[int(np.argmax(kinds == LEDGER))].as_py())
+                yield frame
+                if number == 0:
+                    crash_point(f"partial:{source.index}")
+            checkpoints.read_done(source.index, rows, digest, drops)

@@ -25,7 +25,7 @@ class RunSummary:
     # each input file: {"uri", "size_bytes", "sha256"} of the bytes as stored (twinkle_agentic.io.file_digest)
     inputs: list[dict[str, Any]] = field(default_factory=list)
     cluster: str = ""
-    # a resumable run (--resume): its id and how many inputs' first stage was reused or run (.resume)
+    # a resumable run (--resume): its id, how many inputs came from checkpoints or were processed (.resume)
     resume: dict[str, Any] | None = None
     already_complete: bool = False  # a resume found the run finished and did nothing
 

@@ -1,33 +1,36 @@
-"""Resumable preprocess runs (``--resume``): per-input checkpoints of the first stage, committed atomically.
+"""Resumable preprocess runs (``--resume``): a fingerprint of the run, and what a resume keeps.
 
 A run started with ``resume`` keeps, under ``<output>/_resume/``:
 
 - ``run.json``: the run's id and the fingerprint of what decides its output (each input's URI, size
   and modification time; the steps and the settings that change rows), written before any task runs;
-- ``inputs/<index>.arrow``: for each input file whose read task finished, the frames the first
-  stage (read + the steps fused with it) made of it, minus the rows it dropped, which are already in
-  that file's own ledger part ``dropped/part-<run>-read-<index>.jsonl``. A checkpoint is written
-  under a temporary name and renamed when the file is done: present means complete.
+- ``units/<index>/``: per input file, the frames it sends into the first exchange (a dedup or
+  near-dedup shuffle; with none, into the writes), that is after every per-row stage: the read and
+  the steps fused with it, later cheap stages and model stages on actor pools. The rows the read
+  task dropped are already in that file's own ledger part ``dropped/part-<run>-read-<index>.jsonl``;
+  the rows later stages dropped are in the frames. An input is committed when its parts add up to
+  its read record (:mod:`.checkpoints`).
 
 Resuming (the same command with ``--resume`` again) checks the fingerprint, deletes everything not
-committed (kept parts, ledger parts of inputs without a checkpoint, temporary files, the report),
-and runs again: read tasks take the committed inputs' frames from their checkpoints instead of
-reading and filtering them, and run the first stage on the other inputs. Everything after the first
-stage (later stages, the dedup exchange, the writes) is redone on all rows, because the global dedup
-makes every kept row depend on every input. ``stats.json`` is written last (atomically); once it is
-there the run is complete and a resume does nothing and says so. A resume into an empty output
-folder starts a fresh resumable run.
+committed (kept parts, ledger parts and checkpoint files of inputs not committed, temporary files,
+the report), and runs again: the committed inputs' frames are read back from their checkpoints and
+go straight to the exchange; the other inputs are read and run through every stage. The first
+exchange, the stages after it and the writes are redone on every row, because the exchange makes
+every kept row depend on every input. Checkpoints of the earlier layout (``_resume/inputs/``, the
+first stage's frames per input) are not reused: a resume deletes them and processes those inputs
+again. ``stats.json`` is written last (atomically); once it is there the run is complete and a
+resume does nothing and says so. A resume into an empty output folder starts a fresh resumable run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,10 +39,12 @@ from twinkle_agentic.io.location import Location, read_bytes, write_bytes
 
 from .steps import ConfigError
 
+logger = logging.getLogger(__name__)
+
 RESUME_DIR = "_resume"
 RUN_FILE = "run.json"
-CHECKPOINT_DIR = "inputs"
-CHECKPOINT_SUFFIX = ".arrow"
+# Checkpoints of the earlier layout (the first stage's frames per input): never reused, deleted.
+OLD_CHECKPOINT_DIR = "inputs"
 TMP_MARK = ".tmp-"
 # Settings of PreprocessConfig that change which rows are kept or dropped, or how they are written;
 # the others (cluster, parallelism, progress bars, file sizes) only change how the work is spread.
@@ -51,10 +56,12 @@ PAUSE_DIR_ENV = "TWINKLE_PREPROCESS_PAUSE_DIR"
 
 
 def crash_point(name: str) -> None:
-    """How the tests kill a run at an exact moment (``partial:<input>``, ``committed:<input>``, ``exchange``,
-    ``write:<task>``, ``written``): when :data:`PAUSE_ENV` names this point, announce it with a file
-    in :data:`PAUSE_DIR_ENV` and wait to be killed (or, for ``die:<point>``, SIGKILL this process).
-    Ray workers inherit the driver's environment on the embedded cluster; unset, this costs one lookup."""
+    """How the tests kill a run at an exact moment (``partial:<input>`` after an input's first block is
+    read, ``read:<input>`` once its read record is written, ``staged:<input>`` after a part of it is
+    committed, ``exchange``, ``write:<task>``, ``written``; test steps may add their own): when
+    :data:`PAUSE_ENV` names this point, announce it with a file in :data:`PAUSE_DIR_ENV` and wait to be
+    killed (or, for ``die:<point>``, SIGKILL this process). Ray workers inherit the driver's
+    environment on the embedded cluster; unset, this costs one lookup."""
     wanted = os.environ.get(PAUSE_ENV)
     if not wanted:
         return
@@ -129,21 +136,6 @@ def changes(earlier: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return sorted(found)
 
 
-def checkpoint_name(index: int) -> str:
-    return f"{index:06d}{CHECKPOINT_SUFFIX}"
-
-
-def committed_indexes(names: list[str]) -> set[int]:
-    """Input indexes whose checkpoint is committed, from the names in the checkpoint folder (a
-    temporary file is not a commit)."""
-    found = set()
-    for name in names:
-        stem = name.removesuffix(CHECKPOINT_SUFFIX)
-        if name.endswith(CHECKPOINT_SUFFIX) and TMP_MARK not in name and stem.isdigit():
-            found.add(int(stem))
-    return found
-
-
 def early_ledger_name(run_id: str, index: int) -> str:
     """File name (in ``dropped/``) of the ledger part the read task of input ``index`` writes."""
     return f"part-{run_id}-read-{index:06d}.jsonl"
@@ -155,49 +147,10 @@ def kept_after_resume(run_id: str, committed: set[int], names: list[str]) -> lis
     return [n for n in names if n in keep]
 
 
-@dataclass(frozen=True)
-class Checkpoints:
-    """The checkpoint folder as read tasks use it (shipped to them): read a committed input's frames,
-    or write an input's frames under a temporary name and commit them with a rename."""
-
-    output: str
-    run_id: str
-    attempt: str  # names this attempt's temporary files
-    committed: frozenset[int] = field(default_factory=frozenset)
-
-    def _where(self) -> tuple[Any, str]:
-        from .sink import output_filesystem
-
-        filesystem, root = output_filesystem(self.output)
-        return filesystem, posixpath.join(root, RESUME_DIR, CHECKPOINT_DIR)
-
-    def read(self, index: int) -> Iterator[Any]:
-        """The frames committed for input ``index``, one table per block as they were written."""
-        import pyarrow as pa
-
-        filesystem, folder = self._where()
-        with filesystem.open_input_file(posixpath.join(folder, checkpoint_name(index))) as handle:
-            reader = pa.ipc.open_file(handle)
-            for i in range(reader.num_record_batches):
-                yield pa.Table.from_batches([reader.get_batch(i)])
-
-    def write(self, index: int, frames: Iterator[Any], schema: Any) -> Iterator[Any]:
-        """``frames``, passed on, and written to input ``index``'s checkpoint, which is committed (renamed
-        into place) once they are all written; a task that dies before leaves only a temporary file."""
-        import pyarrow as pa
-
-        filesystem, folder = self._where()
-        final = posixpath.join(folder, checkpoint_name(index))
-        tmp = f"{final}{TMP_MARK}{self.attempt}"
-        filesystem.create_dir(folder, recursive=True)
-        with filesystem.open_output_stream(tmp) as stream, pa.ipc.new_file(stream, schema) as writer:
-            for number, frame in enumerate(frames):
-                writer.write_table(frame.cast(schema) if frame.schema != schema else frame)
-                if number == 0:
-                    crash_point(f"partial:{index}")
-                yield frame
-        filesystem.move(tmp, final)
-        crash_point(f"committed:{index}")
+REDONE = (
+    "the first exchange, the stages after it and the writes, on every row; "
+    "the stages before the exchange, on the processed inputs' rows only"
+)
 
 
 @dataclass
@@ -205,18 +158,19 @@ class ResumeState:
     """What a resumable run found in its output folder when it started."""
 
     run_id: str
-    committed: frozenset[int] = frozenset()
+    committed: dict[int, int] = field(default_factory=dict)  # committed input -> bytes of its checkpoint
     complete: bool = False  # stats.json is there: nothing to do
     resumed: bool = False  # an earlier attempt's run.json was there
 
     def summary(self, sources: int) -> dict[str, Any]:
-        """The ``resume`` entry of stats.json: inputs whose first stage was reused or run now."""
+        """The ``resume`` entry of stats.json: inputs taken from checkpoints or processed now, and what
+        the run did again for all of them."""
         return {
             "run_id": self.run_id,
             "resumed": self.resumed,
             "inputs_reused": len(self.committed),
             "inputs_processed": sources - len(self.committed),
-            "redone": "later stages, the dedup exchange and the writes, on every row",
+            "redone": REDONE,
         }
 
 
@@ -273,17 +227,13 @@ def open_run(filesystem: Any, root: str, output: str, now: dict[str, Any], entri
             f"output directory {output!r} holds a run of other inputs or settings ({'; '.join(differ)}); "
             "resuming would mix them: pass --overwrite to start over, or choose another --output"
         )
-    folder = posixpath.join(base.path, CHECKPOINT_DIR)
-    names = _names(filesystem, folder)
     if filesystem.get_file_info(posixpath.join(root, STATS_FILE)).type == fs.FileType.File:
-        _delete(filesystem, folder)  # a run killed after stats.json, before it removed them
+        finish(filesystem, root)  # a run killed after stats.json, before it removed them
         return ResumeState(run_id, complete=True, resumed=True)
-    committed = committed_indexes(names)
-    for name in names:
-        if name.endswith(CHECKPOINT_SUFFIX) and TMP_MARK not in name:
-            continue
-        _delete(filesystem, posixpath.join(folder, name))
-    keep = set(kept_after_resume(run_id, committed, _names(filesystem, posixpath.join(root, DROPPED_DIR))))
+    committed = _clear_checkpoints(filesystem, base.path)
+    keep = set(
+        kept_after_resume(run_id, set(committed), _names(filesystem, posixpath.join(root, DROPPED_DIR)))
+    )
     for entry in entries:
         if entry == posixpath.join(root, DROPPED_DIR):
             for name in _names(filesystem, entry):
@@ -293,13 +243,44 @@ def open_run(filesystem: Any, root: str, output: str, now: dict[str, Any], entri
             _delete(filesystem, entry)
     for marker in stale_markers(filesystem, root):
         _delete(filesystem, marker)
-    return ResumeState(run_id, frozenset(committed), resumed=True)
+    return ResumeState(run_id, committed, resumed=True)
+
+
+def _clear_checkpoints(filesystem: Any, base: str) -> dict[int, int]:
+    """Delete every checkpoint file of ``base`` (``_resume/``) but the committed inputs' parts and read
+    records; returns the committed inputs (index -> bytes of their parts)."""
+    from pyarrow import fs
+
+    from .checkpoints import UNITS_DIR, complete_units, list_units, parse_name
+
+    old = posixpath.join(base, OLD_CHECKPOINT_DIR)
+    if filesystem.get_file_info(old).type != fs.FileType.NotFound:
+        logger.warning(
+            "%s holds checkpoints of an earlier layout (the first stage's frames): they are not reused, "
+            "those inputs are processed again",
+            old,
+        )
+        _delete(filesystem, old)
+    folder = posixpath.join(base, UNITS_DIR)
+    listing = list_units(filesystem, folder)
+    committed = complete_units(listing)
+    for entry, files in listing.items():
+        if not entry.isdigit() or int(entry) not in committed:
+            _delete(filesystem, posixpath.join(folder, entry))
+            continue
+        for name, _ in files:
+            if parse_name(name) is None:  # a temporary file
+                _delete(filesystem, posixpath.join(folder, entry, name))
+    return committed
 
 
 def finish(filesystem: Any, root: str) -> None:
     """After stats.json: the checkpoints are no longer needed (run.json stays, so a resume knows the
     run is complete and of which inputs)."""
-    _delete(filesystem, posixpath.join(root, RESUME_DIR, CHECKPOINT_DIR))
+    from .checkpoints import UNITS_DIR
+
+    for name in (UNITS_DIR, OLD_CHECKPOINT_DIR):
+        _delete(filesystem, posixpath.join(root, RESUME_DIR, name))
 
 
 def read_summary(filesystem: Any, root: str) -> dict[str, Any]:

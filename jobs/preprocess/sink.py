@@ -17,7 +17,7 @@ import posixpath
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.data.datasource import Datasink
 
@@ -26,8 +26,11 @@ from twinkle_agentic.preprocessor.dropped_log import LEDGER_KEYS
 from twinkle_agentic.preprocessor.stats import StepStats
 
 from .frame import DKEY, DROPPED, KIND, LEDGER, LINE, LIVE, REASON, ROW, SRC, STATS, STEP, FrameBuilder
-from .resume import Checkpoints, crash_point
+from .resume import crash_point
 from .shared_storage import check_output, marker_path
+
+if TYPE_CHECKING:
+    from .checkpoints import UnitCheckpoints
 
 KEPT_DIR = "kept"
 DROPPED_DIR = "dropped"
@@ -262,13 +265,13 @@ class EarlyLedger:
     ledger file of the task's own, instead of through the dedup exchange's sort (into the object
     store three times: read output, sort map, sort reduce) to the sink. The task's file name depends
     only on the run and its first input, so a retried task rewrites its own file. With
-    ``checkpoints`` (a resumable run) the read tasks also keep each input's frames there
-    (:mod:`.resume`), and name each ledger file after its one input."""
+    ``checkpoints`` (a resumable run) the read tasks name each ledger file after its one input and
+    record each input they finished there (:mod:`.checkpoints`)."""
 
     output: str
     run_id: str
     sources: list[str]
-    checkpoints: Checkpoints | None = None
+    checkpoints: UnitCheckpoints | None = None
 
     def route(self, frames: Iterator[Any], name: str) -> Iterator[Any]:
         """``frames`` without their dropped rows, which go to ledger file ``name``; then one ledger

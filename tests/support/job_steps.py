@@ -111,3 +111,33 @@ class NodeStamp(Mapper):
             time.sleep(0.1)
         time.sleep(self.delay_s)
         return {**row, "node": ray.get_runtime_context().get_node_id()}
+
+
+
+class RecordsRows(Filter):
+    """A model step (an actor pool's) that drops rows mentioning ``drop_if_contains`` and writes the id
+    of each row it is given, ``<input> <line>``, to a file of its process in ``log_dir``: which rows a
+    run sent through the stage. Before each row it passes the crash point ``model:<input>``
+    (``jobs.preprocess.resume.crash_point``), where a test can stop a run while the stage works on
+    that input."""
+
+    needs_actor = True
+
+    def __init__(self, log_dir: str, drop_if_contains: str = "SQL"):
+        self.log_dir = log_dir
+        self.drop_if_contains = drop_if_contains
+
+    def reasons(self, rows: list[dict]) -> list[str | None]:
+        from twinkle_agentic.jobs.preprocess.resume import crash_point
+        from twinkle_agentic.jobs.preprocess.stages import ROW_ID_KEY
+
+        from twinkle_agentic.io.inputs import LINE_BITS, MAX_LINE
+
+        with open(Path(self.log_dir, f"rows-{os.getpid()}.txt"), "a") as log:
+            for row in rows:
+                order = row[ROW_ID_KEY]
+                crash_point(f"model:{order >> LINE_BITS}")
+                log.write(f"{order >> LINE_BITS} {order & MAX_LINE}\n")
+                log.flush()
+        texts = (" ".join(str(m.get("content")) for m in row.get("messages") or []) for row in rows)
+        return ["mentions_sql" if self.drop_if_contains in text else None for text in texts]

@@ -1,5 +1,7 @@
 """``preprocess --resume`` on real local Ray: runs killed (SIGKILL of the driver's process group, and of
-a worker) at each phase, then resumed, end with exactly the output of an uninterrupted run."""
+a worker) at each phase, then resumed, end with exactly the output of an uninterrupted run, and a
+resume sends through the stages before the dedup exchange (a model stage on an actor pool among
+them) only the rows of inputs not committed."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
+import yaml
 from twinkle_agentic.jobs.preprocess import main
+from twinkle_agentic.jobs.preprocess.checkpoints import complete_units, list_units
 from twinkle_agentic.jobs.preprocess.config import build_parser, resolve_config
 from twinkle_agentic.jobs.preprocess.job import run
 from twinkle_agentic.jobs.preprocess.resume import PAUSE_DIR_ENV, PAUSE_ENV
@@ -46,17 +51,50 @@ def comparable(out: Path) -> dict:
     }
 
 
-def argv(inputs: Path, out: Path) -> list[str]:
-    return ["--input", str(inputs), "--output", str(out), "--no-progress", "--batch-size", "100"]
+MODEL = "tests.support.job_steps:RecordsRows"
 
 
-def killed_run(inputs: Path, out: Path, flags: Path, pause_at: str, wait_for: list[Path]) -> str:
-    """Run the CLI with ``--resume`` on its own embedded cluster until it stops at ``pause_at`` and every
-    path in ``wait_for`` exists, then SIGKILL its process group and every process it started; returns
-    its stderr."""
+@pytest.fixture
+def pipeline(tmp_path) -> Path:
+    """The bundled pipeline with a model step before the dedup: one actor taking one row per batch, so
+    each of its tasks holds one block of one input, and inputs read one after another (``argv``) reach
+    it in order."""
+    default = yaml.safe_load((REPO_ROOT / "jobs" / "configs" / "default_pipeline.yaml").read_text())
+    steps = default["steps"]
+    (tmp_path / "model").mkdir()
+    steps.insert(len(steps) - 1, {MODEL: {"log_dir": str(tmp_path / "model")}, "batch_size": 1})
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump({"steps": steps}))
+    return path
+
+
+def argv(inputs: Path, out: Path, pipeline: Path) -> list[str]:
+    return ["--input", str(inputs), "--output", str(out), "--config", str(pipeline), "--no-progress",
+            "--batch-size", "100", "--read-concurrency", "1"]  # fmt: skip
+
+
+def model_rows(log_dir: Path) -> set[tuple[int, int]]:
+    """The ``(input, line)`` rows the model step got since the last call (whose logs it removes)."""
+    rows = set()
+    for log in log_dir.iterdir():
+        rows |= {tuple(map(int, line.split())) for line in log.read_text().splitlines()}
+        log.unlink()
+    return rows
+
+
+def committed(out: Path) -> set[int]:
+    from pyarrow import fs
+
+    return set(complete_units(list_units(fs.LocalFileSystem(), str(out / "_resume" / "units"))))
+
+
+def killed_run(inputs: Path, out: Path, pipeline: Path, flags: Path, pause_at: str, until: Any = None) -> str:
+    """Run the CLI with ``--resume`` on its own embedded cluster until it stops at ``pause_at`` and
+    ``until()`` (if given) is true, then SIGKILL its process group and every process it started;
+    returns its stderr."""
     flags.mkdir(exist_ok=True)
     env = {**os.environ, PAUSE_ENV: pause_at, PAUSE_DIR_ENV: str(flags)}
-    command = [sys.executable, "-m", "twinkle_agentic.jobs.preprocess", *argv(inputs, out)]
+    command = [sys.executable, "-m", "twinkle_agentic.jobs.preprocess", *argv(inputs, out, pipeline)]
     command += ["--resume", "--num-cpus", "2"]
     stderr = out.parent / f"stderr-{pause_at.replace(':', '_').replace(',', '+')}.txt"
     with open(stderr, "wb") as err:
@@ -67,7 +105,7 @@ def killed_run(inputs: Path, out: Path, flags: Path, pause_at: str, wait_for: li
     deadline = time.monotonic() + 120
     started: list[psutil.Process] = []
     try:
-        while not all(p.exists() for p in [paused, *wait_for]):
+        while not (paused.exists() and (until is None or until())):
             assert proc.poll() is None, f"the run ended ({proc.returncode}) before {pause_at}:\n{stderr.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"no {pause_at} within 120 s:\n{stderr.read_text()[-3000:]}"
             time.sleep(0.05)
@@ -83,44 +121,45 @@ def killed_run(inputs: Path, out: Path, flags: Path, pause_at: str, wait_for: li
     return stderr.read_text()
 
 
-def test_runs_killed_anywhere_resume_to_the_uninterrupted_output(ray_local, chat_inputs, tmp_path, capsys):
-    reference = tmp_path / "reference"
-    assert main(argv(chat_inputs, reference)) == 0  # a plain run, uninterrupted
-    expected = comparable(reference)
+def test_runs_killed_anywhere_resume_to_the_uninterrupted_output(ray_local, chat_inputs, pipeline, tmp_path, capsys):
+    reference, log = tmp_path / "reference", tmp_path / "model"
+    assert main(argv(chat_inputs, reference, pipeline)) == 0  # a plain run, uninterrupted
+    expected, modelled = comparable(reference), model_rows(log)
+    assert {src for src, _ in modelled} == {0, 1, 2} and expected["stats"]["steps"][6]["dropped"]
     out, flags = tmp_path / "out", tmp_path / "flags"
-    checkpoints = out / "_resume" / "inputs"
 
-    # 1. reads: a worker dies right after committing input 0 (Ray retries its task); the driver's
-    # group is killed while input 1 is half read, inputs 0 and 2 committed
-    killed_run(
-        chat_inputs, out, flags, "die:committed:0,partial:1", [checkpoints / "000000.arrow", checkpoints / "000002.arrow"]
-    )
-    assert (flags / "die_committed_0").exists()
-    assert not (checkpoints / "000001.arrow").exists() and list(checkpoints.glob("000001.arrow.tmp-*"))
-    assert not (out / "stats.json").exists()
-    # 2. in the dedup exchange: inputs 0 and 2 came from their checkpoints, input 1 was read again
-    log = killed_run(chat_inputs, out, flags, "exchange", [])
-    assert re.search(r"resumable run \w+: 2 of 3 input\(s\) from checkpoints", log), log[-3000:]
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["000000.arrow", "000001.arrow", "000002.arrow"]
+    # 1. in the model stage: a worker dies right after it committed a part of input 0 (Ray retries its
+    # task); the driver's group is killed while the model step holds input 2's first row, once inputs 0
+    # and 1 are committed (read one after another, they reach the one actor before input 2)
+    killed_run(chat_inputs, out, pipeline, flags, "die:staged:0,model:2", lambda: committed(out) == {0, 1})
+    assert (flags / "die_staged_0").exists() and not (out / "stats.json").exists()
+    first = model_rows(log)
+    assert {r for r in modelled if r[0] < 2} <= first and not any(src == 2 for src, _ in first)
+    # 2. in the dedup exchange: inputs 0 and 1 came from their checkpoints, straight to the exchange;
+    # only input 2's rows went through the model stage again
+    stderr = killed_run(chat_inputs, out, pipeline, flags, "exchange")
+    assert re.search(r"resumable run \w+: 2 of 3 input\(s\) from checkpoints", stderr), stderr[-3000:]
+    assert model_rows(log) == {r for r in modelled if r[0] == 2} and committed(out) == {0, 1, 2}
     # 3. in a write task, after it wrote kept rows; 4. on the driver, all data written, before stats.json
-    killed_run(chat_inputs, out, flags, "write:0", [])
+    killed_run(chat_inputs, out, pipeline, flags, "write:0")
     assert list((out / "kept").iterdir())
-    killed_run(chat_inputs, out, flags, "written", [])
+    killed_run(chat_inputs, out, pipeline, flags, "written")
     assert not (out / "stats.json").exists()
 
     # 5. the Python API resumes it to the end: exactly the uninterrupted run's rows, ledger and stats
-    cfg = resolve_config(build_parser().parse_args([*argv(chat_inputs, out), "--resume"]))
+    cfg = resolve_config(build_parser().parse_args([*argv(chat_inputs, out, pipeline), "--resume"]))
     summary = run(cfg)
     assert comparable(out) == expected
+    assert not model_rows(log)  # since 2., no row went through the model stage again
     stats = json.loads((out / "stats.json").read_text())
     assert stats["resume"]["resumed"] and stats["resume"]["inputs_reused"] == 3
     assert stats["resume"]["inputs_processed"] == 0 and summary.kept == expected["stats"]["kept"]
-    assert not checkpoints.exists()  # a finished run keeps only _resume/run.json
+    assert not (out / "_resume" / "units").exists()  # a finished run keeps only _resume/run.json
     assert json.loads((reference / "stats.json").read_text())["resume"] is None
 
     # 6. resuming the finished run does nothing and says so
     before = (out / "stats.json").read_bytes()
     capsys.readouterr()
-    assert main([*argv(chat_inputs, out), "--resume"]) == 0
+    assert main([*argv(chat_inputs, out, pipeline), "--resume"]) == 0
     assert "already complete" in capsys.readouterr().out.strip().splitlines()[-1]
     assert (out / "stats.json").read_bytes() == before and comparable(out) == expected

@@ -1,29 +1,44 @@
 """The parts of ``--resume`` that need no cluster: fingerprints and what changed, which checkpoints count
-as committed, what a resume clears, and the refusals (before any cluster starts)."""
+as committed, what a resume clears, a reused input's frames and statistics, and the refusals (before
+any cluster starts)."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from pyarrow import fs
 from twinkle_agentic.jobs.preprocess import main
-from twinkle_agentic.jobs.preprocess.config import PreprocessConfig, build_parser, resolve_config
-from twinkle_agentic.jobs.preprocess.frame import DROPPED, LIVE, FrameBuilder, frame_schema
-from twinkle_agentic.jobs.preprocess.job import output_entries, plan, prepare_resume
-from twinkle_agentic.jobs.preprocess.report import RunSummary
-from twinkle_agentic.jobs.preprocess.resume import (
-    Checkpoints,
-    changes,
-    committed_indexes,
-    fingerprint,
-    kept_after_resume,
-    open_run,
+from twinkle_agentic.jobs.preprocess.checkpoints import (
+    CheckpointDatasource,
+    UnitCheckpoints,
+    complete_units,
+    file_name,
+    is_complete,
+    line_digest,
+    list_units,
+    unit_stats,
 )
-from twinkle_agentic.jobs.preprocess.steps import ConfigError
+from twinkle_agentic.jobs.preprocess.config import PreprocessConfig, build_parser, resolve_config
+from twinkle_agentic.jobs.preprocess.frame import (
+    DROPPED,
+    KIND,
+    LEDGER,
+    LIVE,
+    ROW,
+    STATS,
+    FrameBuilder,
+    frame_schema,
+)
+from twinkle_agentic.jobs.preprocess.job import output_entries, plan, prepare_resume, split_at_exchange
+from twinkle_agentic.jobs.preprocess.report import RunSummary
+from twinkle_agentic.jobs.preprocess.resume import REDONE, changes, fingerprint, kept_after_resume, open_run
+from twinkle_agentic.jobs.preprocess.stages import StageError
+from twinkle_agentic.jobs.preprocess.steps import ConfigError, Stage
 
 from tests.support.job_data import chat_rows, write_jsonl_files
 
@@ -75,14 +90,91 @@ def test_changes_name_each_input_step_and_setting_that_differs(inputs, tmp_path)
     assert fingerprint(config(inputs, tmp_path / "out", "--dedup-partitions", "5", "--actors", "3"), sources) == before
 
 
-def test_committed_checkpoints_are_whole_names_only():
-    names = ["000000.arrow", "000003.arrow", "000001.arrow.tmp-abc", "notes.txt", "x.arrow", "000002.arrow.tmp-"]
-    assert committed_indexes(names) == {0, 3}
-    dropped = ["part-r1-read-000000.jsonl", "part-r1-read-000001.jsonl", "part-r1-000000.jsonl", "part-r2-read-000003.jsonl"]
-    assert kept_after_resume("r1", {0, 3}, dropped) == ["part-r1-read-000000.jsonl"]
+
+def frames(src: int, lines: range, with_key: bool = True) -> pa.Table:
+    """A block as the commit stage gets it: rows of input ``src``, each third one dropped by a model
+    step, and a statistics record."""
+    builder = FrameBuilder(with_key)
+    for line in lines:
+        if line % 3:
+            builder.add(src, line, LIVE, None, None, json.dumps({"id": line}), f"k{line}", 2)
+        else:
+            builder.add(src, line, DROPPED, "Model", "mentions_sql", json.dumps({"id": line}))
+    stats = {"position": 5, "step": "Model", "before": 1, "after": 1, "dropped": 0, "seconds": 0.1, "reasons": {}}
+    builder.add_stats([stats])
+    return builder.build()
 
 
-def test_open_run_starts_fresh_then_clears_all_but_committed_work(tmp_path):
+def test_an_input_is_committed_when_its_parts_add_up_to_its_read_record():
+    assert line_digest(range(1, 100)) == (line_digest(range(1, 40)) + line_digest(range(40, 100))) % 2**64
+    assert line_digest([5, 6]) != line_digest([5, 7]) and line_digest([]) == 0
+    read = file_name("read", 99, line_digest(range(1, 100)))
+    parts = [file_name("part", 39, line_digest(range(1, 40))), file_name("part", 60, line_digest(range(40, 100)))]
+    assert is_complete([read, *parts]) and is_complete([file_name("read", 0, 0)])
+    assert not is_complete(parts)  # the read has not finished
+    assert not is_complete([read, parts[0]])  # rows still in the stages
+    assert not is_complete([read, parts[0], f"{parts[1]}.tmp-a1"])  # a part being written
+    assert not is_complete([read, parts[0], file_name("part", 60, line_digest(range(41, 101)))])  # other rows
+    assert not is_complete([read, parts[0], parts[1].replace(".arrow", ".json")])  # not a part's name
+    assert kept_after_resume("r1", {0, 3}, ["part-r1-read-000000.jsonl", "part-r1-read-000001.jsonl",
+                                            "part-r1-000000.jsonl", "part-r2-read-000003.jsonl"]) == [
+        "part-r1-read-000000.jsonl"
+    ]  # fmt: skip
+
+
+def test_the_checkpoint_lies_before_the_first_exchange():
+    stages = [Stage("map", [0], parse=True), Stage("actor", [1]), Stage("dedup", [2]), Stage("map", [3])]
+    assert split_at_exchange(stages) == (stages[:2], stages[2:])
+    assert split_at_exchange([stages[0], Stage("near", [1]), stages[2]]) == ([stages[0]], [Stage("near", [1]), stages[2]])
+    assert split_at_exchange(stages[:2]) == (stages[:2], [])
+
+
+def test_reused_input_statistics_follow_from_its_drops():
+    steps = [(-1, "read"), (0, "HardFilter"), (1, "Model")]
+    drops = Counter({("read", "malformed_json"): 2, ("HardFilter", "too_short"): 3, ("Model", "mentions_sql"): 4})
+    records = unit_stats(drops, 11, steps)
+    assert [(r["step"], r["before"], r["after"], r["dropped"], r["reasons"]) for r in records] == [
+        ("read", 20, 18, 2, {"malformed_json": 2}),
+        ("HardFilter", 18, 15, 3, {"too_short": 3}),
+        ("Model", 15, 11, 4, {"mentions_sql": 4}),
+    ]
+    assert all(r["seconds"] == 0 for r in records) and [r["position"] for r in records] == [-1, 0, 1]
+    with pytest.raises(StageError, match="DedupFilter"):
+        unit_stats(Counter({("DedupFilter", "duplicate"): 1}), 3, steps)
+
+
+def test_commit_stage_parts_and_read_records_come_back_as_frames_and_counts(tmp_path):
+    out = str(tmp_path / "out")
+    writer = UnitCheckpoints(out)
+    mixed = pa.concat_tables([frames(0, range(1, 7)), frames(1, range(1, 4))])
+    assert writer.commit(mixed) is mixed  # one part per input in the block; the block passes on
+    assert writer.commit(frames(0, range(7, 10))).num_rows == 4
+    assert writer.commit(frames(0, range(7, 10))).num_rows == 4  # a retried task writes the same part
+    wire = {"kept": 0, "dropped": 5, "drops": [["read", "malformed_json", 2], ["HardFilter", "too_short", 3]],
+            "stats": {}, "files": ["dropped/part-r1-read-000000.jsonl"]}  # fmt: skip
+    writer.read_done(0, 9, line_digest(range(1, 10)), wire)
+    writer.read_done(1, 4, line_digest(range(1, 5)), None)  # line 4 has not passed the stages yet
+    listing = list_units(fs.LocalFileSystem(), f"{out}/_resume/units")
+    assert sorted(listing) == ["000000", "000001"] and len(listing["000000"]) == 3
+    committed = complete_units(listing)
+    assert list(committed) == [0]
+    assert committed[0] == sum(size for name, size in listing["000000"] if name.startswith("part-"))
+
+    schema = frame_schema(True)
+    steps = [(-1, "read"), (0, "HardFilter"), (5, "Model")]
+    (task,) = CheckpointDatasource(UnitCheckpoints(out, committed), schema, steps).get_read_tasks(4)
+    tables = list(task())
+    back = pa.concat_tables(tables[:-1])
+    written = pa.concat_tables([frames(0, range(1, 7)), frames(0, range(7, 10))]).to_pylist()
+    assert sorted(back.to_pylist(), key=lambda r: r["_line"]) == [r for r in written if r[KIND] != STATS]
+    assert back.schema == schema
+    tail = tables[-1].to_pylist()
+    assert [r[KIND] for r in tail] == [LEDGER, STATS] and json.loads(tail[0][ROW]) == wire
+    stats = {r["step"]: (r["before"], r["after"], r["dropped"]) for r in json.loads(tail[1][ROW])}
+    assert stats == {"read": (14, 12, 2), "HardFilter": (12, 9, 3), "Model": (9, 6, 3)}
+
+
+def test_open_run_starts_fresh_then_clears_all_but_committed_work(tmp_path, caplog):
     local = fs.LocalFileSystem()
     root = str(tmp_path / "out")
     local.create_dir(root)
@@ -92,10 +184,17 @@ def test_open_run_starts_fresh_then_clears_all_but_committed_work(tmp_path):
     assert json.loads((tmp_path / "out/_resume/run.json").read_text()) == {"run_id": state.run_id, "fingerprint": now}
 
     out = tmp_path / "out"
-    inputs = out / "_resume" / "inputs"
-    inputs.mkdir()
-    for name in ("000000.arrow", "000001.arrow.tmp-x"):
-        (inputs / name).write_bytes(b"frames")
+    units = out / "_resume" / "units"
+    writer = UnitCheckpoints(root)
+    writer.commit(frames(0, range(1, 4)))
+    writer.read_done(0, 3, line_digest(range(1, 4)), None)  # committed
+    committed_files = sorted(p.name for p in (units / "000000").iterdir())
+    (units / "000000" / f"{file_name('part', 1, 9)}.tmp-x").write_bytes(b"half")  # a stopped retry
+    writer.read_done(1, 3, line_digest(range(1, 4)), None)  # read; its rows still in a model stage
+    writer.commit(frames(2, range(1, 4)))  # not read to its end
+    (units / "notes.txt").write_text("stray")
+    (out / "_resume" / "inputs").mkdir()  # the earlier layout's checkpoints
+    (out / "_resume" / "inputs" / "000001.arrow").write_bytes(b"frames")
     (out / "kept").mkdir()
     (out / "kept" / f"part-{state.run_id}-000000.jsonl").write_text("{}\n")
     (out / "dropped").mkdir()
@@ -105,45 +204,24 @@ def test_open_run_starts_fresh_then_clears_all_but_committed_work(tmp_path):
     (out / f".twinkle-run-{state.run_id}").write_text("marker")
 
     again = open_run(local, root, root, now, output_entries(root))
-    assert again.resumed and again.run_id == state.run_id and again.committed == {0}
+    assert again.resumed and again.run_id == state.run_id and list(again.committed) == [0]
     assert sorted(p.name for p in out.iterdir()) == ["_resume", "dropped"]
+    assert sorted(p.name for p in (out / "_resume").iterdir()) == ["run.json", "units"]
+    assert "earlier layout" in caplog.text
     assert [p.name for p in (out / "dropped").iterdir()] == [f"part-{state.run_id}-read-000000.jsonl"]
-    assert [p.name for p in inputs.iterdir()] == ["000000.arrow"]
+    assert [p.name for p in units.iterdir()] == ["000000"]
+    assert sorted(p.name for p in (units / "000000").iterdir()) == committed_files
     assert again.summary(3) == {
         "run_id": state.run_id,
         "resumed": True,
         "inputs_reused": 1,
         "inputs_processed": 2,
-        "redone": "later stages, the dedup exchange and the writes, on every row",
+        "redone": REDONE,
     }
 
     (out / "stats.json").write_text("{}")
     assert open_run(local, root, root, now, output_entries(root)).complete
-    assert not inputs.exists() and (out / "_resume" / "run.json").exists()
-
-
-def frames(n: int) -> list[pa.Table]:
-    tables = []
-    for i in range(n):
-        builder = FrameBuilder()
-        builder.add(0, 2 * i + 1, LIVE, None, None, json.dumps({"id": i}))
-        builder.add(0, 2 * i + 2, DROPPED, "HardFilter", "too_short", json.dumps({"id": -i}))
-        tables.append(builder.build())
-    return tables
-
-
-def test_checkpoint_is_committed_only_once_all_frames_are_written(tmp_path):
-    checkpoints = Checkpoints(str(tmp_path), "run1", "attempt1")
-    folder = tmp_path / "_resume" / "inputs"
-    written = checkpoints.write(4, iter(frames(3)), frame_schema())
-    assert next(written).num_rows == 2  # a task that dies here leaves only its temporary file
-    assert [p.name for p in folder.iterdir()] == ["000004.arrow.tmp-attempt1"]
-    rest = list(written)
-    assert len(rest) == 2 and [p.name for p in folder.iterdir()] == ["000004.arrow"]
-    back = list(Checkpoints(str(tmp_path), "run1", "attempt2", frozenset({4})).read(4))
-    assert [t.to_pylist() for t in back] == [t.to_pylist() for t in frames(3)]
-    empty = list(checkpoints.write(5, iter([]), frame_schema(True)))
-    assert empty == [] and list(checkpoints.read(5)) == []
+    assert not units.exists() and (out / "_resume" / "run.json").exists()
 
 
 def test_resume_refusals_name_the_problem_and_the_fix(inputs, tmp_path, capsys):
@@ -186,7 +264,7 @@ def test_summary_lines_of_resumed_and_complete_runs():
 
 def test_checkpoints_and_resume_state_on_object_storage(tmp_path, monkeypatch, inputs):
     """The same on ``s3://`` (a local S3-compatible server): inputs fingerprinted by size and
-    modification time, checkpoints committed by a move, a resume clearing what was not committed."""
+    modification time, checkpoint parts committed by a move, a resume clearing what was not committed."""
     from twinkle_agentic.jobs.preprocess.sink import output_filesystem
 
     from tests.support.s3_server import s3_server
@@ -204,18 +282,23 @@ def test_checkpoints_and_resume_state_on_object_storage(tmp_path, monkeypatch, i
         assert [p["uri"] for p in prints] == ["s3://data/in/part-00.jsonl", "s3://data/in/part-01.jsonl.gz"]
         assert all(p["size_bytes"] > 0 and p["mtime_ns"] for p in prints)
 
-        state = prepare_resume(cfg, sources)[2]
-        checkpoints = Checkpoints(cfg.output, state.run_id, "a1")
-        assert len(list(checkpoints.write(0, iter(frames(2)), frame_schema()))) == 2
-        half = checkpoints.write(1, iter(frames(2)), frame_schema())
-        next(half)
-        half.close()  # input 1's task stops here: its temporary object is left, never committed
+        prepare_resume(cfg, sources)
+        writer = UnitCheckpoints(cfg.output)
+        writer.commit(frames(0, range(1, 4)))
+        writer.read_done(0, 3, line_digest(range(1, 4)), None)
+        writer.commit(frames(1, range(1, 4)))  # input 1's read task stops before its read record
         filesystem, root = output_filesystem(cfg.output)
-        listed = sorted(i.path for i in filesystem.get_file_info(fs.FileSelector(root, recursive=True)))
-        assert f"{root}/_resume/inputs/000001.arrow.tmp-a1" in listed
-
+        with filesystem.open_output_stream(f"{root}/_resume/units/000001/{file_name('part', 2, 7)}.tmp-a1") as s:
+            s.write(b"half")  # and a task writing a part is stopped
         again = prepare_resume(cfg, sources)[2]
-        assert again.resumed and again.committed == {0}
-        left = sorted(i.path for i in filesystem.get_file_info(fs.FileSelector(f"{root}/_resume", recursive=True)))
-        assert left == [f"{root}/_resume/inputs", f"{root}/_resume/inputs/000000.arrow", f"{root}/_resume/run.json"]
-        assert [t.to_pylist() for t in checkpoints.read(0)] == [t.to_pylist() for t in frames(2)]
+        assert again.resumed and list(again.committed) == [0]
+        listed = filesystem.get_file_info(fs.FileSelector(f"{root}/_resume", recursive=True))
+        left = sorted(i.path.removeprefix(f"{root}/_resume/") for i in listed if i.type == fs.FileType.File)
+        assert left == [
+            "run.json",
+            f"units/000000/{file_name('part', 3, line_digest(range(1, 4)))}",
+            f"units/000000/{file_name('read', 3, line_digest(range(1, 4)))}",
+        ]
+        (task,) = CheckpointDatasource(UnitCheckpoints(cfg.output, again.committed), frame_schema(True), [
+            (-1, "read"), (5, "Model")]).get_read_tasks(2)  # fmt: skip
+        assert [r["_line"] for r in pa.concat_tables(list(task())[:-1]).to_pylist()] == [1, 2, 3]
