@@ -14,7 +14,9 @@ the engine keeps sampling from the initial weights, the control. ``--overlap`` r
 steps while the trainer trains (``twinkle_agentic.rollout.overlap``: one farm run for the whole
 training, each step fed into it as soon as the bound allows), at most ``--max-staleness`` policy
 versions behind the trainer; ``--run-steps N`` feeds steps N at a time; ``--on-update`` says what a
-weight update does to trajectories in flight.
+weight update does to trajectories in flight; ``--trainer-omp-wait`` (default: passive with
+``--overlap``) lets the trainer's idle OpenMP threads sleep instead of spinning on the cores the farm
+generates on.
 ``--tool-latency SPEC`` delays every tool call on the Serve replica by a seeded heavy-tailed draw
 (``twinkle_agentic.demo.latency``: ``lognormal:median=0.3,sigma=1.0``, ``pareto:scale=0.1,alpha=1.5``,
 ``fixed:seconds=0.2``; the same call waits the same in every run of a seed); ``--mode async`` runs
@@ -25,7 +27,8 @@ that generated the step's trajectories), ``mean_reward`` and ``reward_std`` (ove
 trajectories), ``groups``, ``failed_groups``, ``mismatch_mean_abs`` / ``mismatch_p99_abs`` (per
 token, |engine logprob - trainer logprob| on the rollout tokens under the weights that generated
 them), ``rollout_s``, ``train_s``, ``update_s``, ``tool_calls`` and ``tool_wait_max_s`` (the longest
-delay ``--tool-latency`` gave one of the step's calls), and the loss's figures. With ``--overlap``,
+delay ``--tool-latency`` gave one of the step's calls), ``trainer_omp_wait`` (the OpenMP wait policy
+in effect), and the loss's figures. With ``--overlap``,
 ``policy_version`` is the oldest version of the step's tokens (the mismatch is taken per token under
 the trainer's weights of the version that generated it), ``staleness`` the trainer's version minus
 it, ``stale_groups`` the groups found staler than the bound, ``rollout_s`` how long the trainer
