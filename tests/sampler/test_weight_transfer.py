@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sampler.test_weight_update import FLOAT32_ENGINE, assert_serves, differs, prompt_ids  # noqa: F401
-from tests.support.weights import perturbed_copy
+from tests.sampler.test_weight_update import assert_serves, differs, prompt_ids  # noqa: F401
+from tests.support.weights import perturbed_copy, restored
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
 
-@pytest.fixture(scope="module")
-def gloo_sampler(tiny_model_path):
-    pytest.importorskip("vllm")
-    from twinkle_agentic.sampler import VLLMSampler
-
-    sampler = VLLMSampler(tiny_model_path, weight_transfer="gloo", **FLOAT32_ENGINE)
-    yield sampler
-    sampler.shutdown()
+@pytest.fixture
+def gloo_sampler(vllm_sampler, tiny_model_path):
+    """The session engine (float32, ``weight_transfer="gloo"``), its original weights loaded back afterwards."""
+    yield from restored(vllm_sampler, tiny_model_path)
 
 
 def test_a_trainer_broadcasts_its_model_into_the_engine(gloo_sampler, tiny_model_path, tmp_path, prompt_ids):  # noqa: F811
@@ -36,6 +32,7 @@ def test_a_trainer_broadcasts_its_model_into_the_engine(gloo_sampler, tiny_model
     perturbed = perturbed_copy(tiny_model_path, tmp_path)
     trainer = AutoModelForCausalLM.from_pretrained(str(perturbed), dtype=torch.float32)
     original = assert_serves(gloo_sampler, prompt_ids, tiny_model_path)
+    start = gloo_sampler.policy_version
 
     client = SamplerSyncClient(gloo_sampler)
     info = GlooTrainerInitInfo(
@@ -44,16 +41,16 @@ def test_a_trainer_broadcasts_its_model_into_the_engine(gloo_sampler, tiny_model
     engine = WeightTransferTrainerFactory.trainer_init(info, client=client, source=ModuleSource(trainer))
     try:
         engine.send_weights()
-        assert client.version == gloo_sampler.policy_version == 1
+        assert client.version == gloo_sampler.policy_version == start + 1
         assert differs(assert_serves(gloo_sampler, prompt_ids, perturbed), original)
 
         reference = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
         with torch.no_grad():
             for name, param in trainer.named_parameters():  # the trainer's tensors change in place
                 param.copy_(reference.get_parameter(name))
-        client.version = 5
+        client.version = start + 5
         engine.send_weights()
-        assert gloo_sampler.policy_version == 5
+        assert gloo_sampler.policy_version == start + 5
         assert assert_serves(gloo_sampler, prompt_ids, tiny_model_path) == pytest.approx(original, abs=1e-4)
     finally:
         engine.shutdown()

