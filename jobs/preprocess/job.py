@@ -236,6 +236,7 @@ def build(
     cpus: int,
     ledger: Any = None,
     read: ReadPlan | None = None,
+    checkpoints: UnitCheckpoints | None = None,
 ) -> Any:
     """The read and the stages on top of it; returns the dataset of final frames.
 
@@ -246,6 +247,7 @@ def build(
     ``ledger`` (a ``sink.EarlyLedger``): fused read tasks write the first stage's drops to the drop
     ledger themselves, so those rows skip the dedup exchange. ``read`` (:func:`.read_plan.plan_read`):
     how many whole-file read tasks, and how many at once; default: planned for ``cpus``.
+    ``checkpoints`` (a resumable run's): the read tasks record each input they finished there.
     """
     import ray.data
 
@@ -255,7 +257,8 @@ def build(
     unreadable = cfg.unreadable_files
     cpus_per_actor = actor_cpus(stages, cfg.actors, cpus)
     if split_records:
-        ds = ray.data.read_datasource(RecordDatasource(sources, first_batch, unreadable=unreadable))
+        raw = RecordDatasource(sources, first_batch, unreadable=unreadable, checkpoints=checkpoints)
+        ds = ray.data.read_datasource(raw)
         ds = ds.repartition(target_num_rows_per_block=first_batch)
     else:
         fused = RecordDatasource(
@@ -264,6 +267,7 @@ def build(
             transform=stage_adapter(stages[0], steps, names, [s.uri for s in sources]),
             unreadable=unreadable,
             ledger=ledger,
+            checkpoints=checkpoints,
         )
         read = read or plan_read(sources, cpus, None, cfg.read_concurrency)
         ds = ray.data.read_datasource(
@@ -336,35 +340,28 @@ def build_resumable(
     stages: list[Stage],
     cfg: PreprocessConfig,
     partitions: int,
+    split_records: bool,
     cpus: int,
     ledger: Any,
     read: ReadPlan,
+    checkpoints: UnitCheckpoints,
 ) -> Any:
-    """The dataset of a resumable run (``ledger.checkpoints``, see :mod:`.checkpoints`): the inputs not
-    committed are read fused with the first stage, go through every per-row stage and then the commit
-    stage, which writes their checkpoints; the committed inputs' frames are read back from their
-    checkpoints and join them; the first exchange and the stages after it run on both."""
+    """The dataset of a resumable run (see :mod:`.checkpoints`): the inputs not committed are read and
+    go through every per-row stage as in :func:`build`, then through the commit stage, which writes
+    their checkpoints; the committed inputs' frames are read back from their checkpoints and join
+    them; the first exchange and the stages after it run on both."""
     import ray.data
 
     from .checkpoints import CheckpointDatasource
-    from .read import RecordDatasource
 
-    checkpoints = ledger.checkpoints
     per_row, rest = split_at_exchange(stages)
     uris = [s.uri for s in sources]
-    cpus_per_actor = actor_cpus(stages, cfg.actors, cpus)
     parts = []
     fresh = [s for s in sources if s.index not in checkpoints.committed]
     if fresh:
-        first = stage_adapter(per_row[0], steps, names, uris)
-        fused = RecordDatasource(
-            fresh, per_row[0].batch_size or cfg.batch_size, first, cfg.unreadable_files, ledger
+        ds = build(
+            fresh, steps, names, per_row, cfg, partitions, split_records, cpus, ledger, read, checkpoints
         )
-        tasks = min(read.tasks, len(fresh))
-        ds = ray.data.read_datasource(
-            fused, override_num_blocks=tasks, concurrency=read.concurrency, num_cpus=READ_TASK_CPUS
-        )
-        ds = add_stages(ds, steps, names, per_row[1:], cfg, partitions, cpus_per_actor, uris)
         parts.append(ds.map_batches(checkpoints.commit, batch_size=None, batch_format="pyarrow"))
     if checkpoints.committed:
         schema = stage_adapter(per_row[-1], steps, names, uris).output_schema()
@@ -379,7 +376,7 @@ def build_resumable(
             )
         )
     ds = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
-    return add_stages(ds, steps, names, rest, cfg, partitions, cpus_per_actor, uris)
+    return add_stages(ds, steps, names, rest, cfg, partitions, actor_cpus(stages, cfg.actors, cpus), uris)
 
 
 def prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
@@ -517,8 +514,7 @@ def execute(
 ) -> tuple[str, SinkResult, float, list[dict]]:
     """Connect to Ray and run the dataset into the sink: (cluster description, what the sink
     counted, seconds of the data work, each input's size and checksum). With ``checkpoints`` (a
-    resumable run) the dataset is :func:`build_resumable`'s: reads fused with the first stage, one
-    checkpoint per input."""
+    resumable run) the dataset is :func:`build_resumable`'s: one checkpoint per input."""
     import ray.data
 
     from .read import estimated_total
@@ -529,7 +525,7 @@ def execute(
     cpus = cluster_cpus()
     partitions = cfg.dedup_partitions or default_partitions(cpus, estimated_total(sources))
     read = plan_read(sources, cpus, autoscaler_max_cpus(), cfg.read_concurrency)
-    split = checkpoints is None and needs_split(sources, read.cpus)
+    split = needs_split(sources, read.cpus)
     for stage in stages:
         logger.info("stage %s", stage.describe(names))
     logger.info(
@@ -545,7 +541,7 @@ def execute(
         context.shuffle_strategy, input_blocks(sources, context.target_max_block_size)
     )
     uris = [s.uri for s in sources]
-    early_ledger = EarlyLedger(cfg.output, run_id, uris, checkpoints)
+    early_ledger = EarlyLedger(cfg.output, run_id, uris)
     # The dataset copies the context when built; the progress bars Ray Data opens while it executes
     # read the current one. Both settings last for this run only: the caller's datasets keep theirs.
     # raise_original_map_exception: a step's error on a batch reaches the driver as itself (Ray Data
@@ -559,7 +555,9 @@ def execute(
         if checkpoints is None:
             ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger, read)
         else:
-            ds = build_resumable(sources, steps, names, stages, cfg, partitions, cpus, early_ledger, read)
+            ds = build_resumable(
+                sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger, read, checkpoints
+            )
         sink = PreprocessDatasink(
             cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file, lineage=cfg.lineage
         )

@@ -14,7 +14,8 @@ first stage, in batches of exactly ``block_rows``: Ray Data fuses a read with a 
 ``map_batches`` only when it may merge the read's blocks first, which turns batches into whole files
 (every row of a file alive at once, and the garbage collector scanning all of them). Given an
 ``EarlyLedger`` too, the task writes the rows the stage dropped to the drop ledger itself and yields
-the rest. In a resumable run it also records each input it finished (:mod:`.checkpoints`).
+the rest. Given ``checkpoints`` (a resumable run), a task records each input it finished there
+(:mod:`.checkpoints`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ray.data.datasource import Datasource, ReadTask
 
 from twinkle_agentic.io import UNREADABLE_FAIL, Source, read_source
 
-from .checkpoints import line_digest
+from .checkpoints import UnitCheckpoints, line_digest
 from .frame import KIND, LEDGER, LINE, LIVE, ROW, read_schema
 from .resume import crash_point
 from .shared_storage import check_input
@@ -106,6 +107,7 @@ class RecordDatasource(Datasource):
         transform: Callable[[Any], Any] | None = None,
         unreadable: str = UNREADABLE_FAIL,
         ledger: EarlyLedger | None = None,
+        checkpoints: UnitCheckpoints | None = None,
     ):
         super().__init__()
         self.sources = list(sources)
@@ -113,6 +115,7 @@ class RecordDatasource(Datasource):
         self.transform = transform
         self.unreadable = unreadable
         self.ledger = ledger  # with a transform: where its drops go, straight from the read task
+        self.checkpoints = checkpoints  # a resumable run's: each input read is recorded there
 
     def get_name(self) -> str:
         return "ReadRecords" if self.transform is None else "ReadRecordsAndFilter"
@@ -145,32 +148,36 @@ class RecordDatasource(Datasource):
         return tasks
 
     def _read(self, group: list[Source]) -> Iterator[Any]:
-        if self.transform is not None and self.ledger is not None and self.ledger.checkpoints is not None:
-            return self._read_resumable(group, self.transform, self.ledger)
+        if self.checkpoints is not None:
+            return self._read_resumable(group, self.checkpoints)
         blocks = read_blocks(group, self.block_rows, self.unreadable)
         if self.transform is None:
             return blocks
         frames = map(self.transform, blocks)
         return frames if self.ledger is None else self.ledger.route(frames, f"read-{group[0].index:06d}")
 
-    def _read_resumable(self, group: list[Source], transform: Any, ledger: EarlyLedger) -> Iterator[Any]:
-        """One input at a time: read, filtered, its drops written to its own ledger part, its frames
-        passed on; once its last frame is, its read record (:mod:`.checkpoints`) counts the live rows
-        that went on, so that its checkpoint is known complete when the commit stage has seen them all."""
+    def _read_resumable(self, group: list[Source], checkpoints: UnitCheckpoints) -> Iterator[Any]:
+        """One input at a time, each then recorded as read (:meth:`.checkpoints.UnitCheckpoints.read_done`)
+        with the rows it sent on, so that its checkpoint is known complete once the commit stage has
+        seen them all: its raw records, each of which the first stage makes one row; or, fused with the
+        first stage, its live rows, the drops going to the input's own ledger part."""
         import numpy as np
 
-        checkpoints = ledger.checkpoints
         for source in group:
-            frames = map(transform, read_blocks([source], self.block_rows, self.unreadable))
+            blocks = read_blocks([source], self.block_rows, self.unreadable)
+            if self.transform is not None and self.ledger is not None:
+                blocks = self.ledger.route(map(self.transform, blocks), f"read-{source.index:06d}")
             rows, digest, drops = 0, 0, None
-            for number, frame in enumerate(ledger.route(frames, f"read-{source.index:06d}")):
-                kinds = frame.column(KIND).to_numpy()
-                live = kinds == LIVE
-                rows += int(np.count_nonzero(live))
-                digest += line_digest(frame.column(LINE).to_numpy()[live])
-                if (kinds == LEDGER).any():
-                    drops = json.loads(frame.column(ROW)[int(np.argmax(kinds == LEDGER))].as_py())
-                yield frame
+            for number, block in enumerate(blocks):
+                lines = block.column(LINE).to_numpy()
+                if self.transform is not None:
+                    kinds = block.column(KIND).to_numpy()
+                    if (kinds == LEDGER).any():
+                        drops = json.loads(block.column(ROW)[int(np.argmax(kinds == LEDGER))].as_py())
+                    lines = lines[kinds == LIVE]
+                rows += len(lines)
+                digest += line_digest(lines)
+                yield block
                 if number == 0:
                     crash_point(f"partial:{source.index}")
             checkpoints.read_done(source.index, rows, digest, drops)

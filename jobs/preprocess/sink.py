@@ -17,7 +17,7 @@ import posixpath
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ray.data.datasource import Datasink
 
@@ -28,9 +28,6 @@ from twinkle_agentic.preprocessor.stats import StepStats
 from .frame import DKEY, DROPPED, KIND, LEDGER, LINE, LIVE, REASON, ROW, SRC, STATS, STEP, FrameBuilder
 from .resume import crash_point
 from .shared_storage import check_output, marker_path
-
-if TYPE_CHECKING:
-    from .checkpoints import UnitCheckpoints
 
 KEPT_DIR = "kept"
 DROPPED_DIR = "dropped"
@@ -264,14 +261,12 @@ class EarlyLedger:
     """The drop ledger as read tasks write it: the rows their fused stage dropped go straight to a
     ledger file of the task's own, instead of through the dedup exchange's sort (into the object
     store three times: read output, sort map, sort reduce) to the sink. The task's file name depends
-    only on the run and its first input, so a retried task rewrites its own file. With
-    ``checkpoints`` (a resumable run) the read tasks name each ledger file after its one input and
-    record each input they finished there (:mod:`.checkpoints`)."""
+    only on the run and its first input, so a retried task rewrites its own file (the read tasks of a
+    resumable run write one file per input, named after it)."""
 
     output: str
     run_id: str
     sources: list[str]
-    checkpoints: UnitCheckpoints | None = None
 
     def route(self, frames: Iterator[Any], name: str) -> Iterator[Any]:
         """``frames`` without their dropped rows, which go to ledger file ``name``; then one ledger

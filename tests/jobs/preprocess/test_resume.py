@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import signal
@@ -42,7 +43,7 @@ def comparable(out: Path) -> dict:
         stats.pop(key)
     for step in stats["steps"]:
         step.pop("seconds")
-    for key in ("output", "resume", "overwrite"):
+    for key in ("output", "resume", "overwrite", "read_concurrency"):  # the last: how reads spread
         stats["config"].pop(key)
     return {
         "kept": sorted(line for p in (out / "kept").iterdir() for line in p.read_bytes().splitlines()),
@@ -121,7 +122,9 @@ def killed_run(inputs: Path, out: Path, pipeline: Path, flags: Path, pause_at: s
     return stderr.read_text()
 
 
-def test_runs_killed_anywhere_resume_to_the_uninterrupted_output(ray_local, chat_inputs, pipeline, tmp_path, capsys):
+def test_runs_killed_anywhere_resume_to_the_uninterrupted_output(
+    ray_local, chat_inputs, pipeline, tmp_path, capsys, caplog
+):
     reference, log = tmp_path / "reference", tmp_path / "model"
     assert main(argv(chat_inputs, reference, pipeline)) == 0  # a plain run, uninterrupted
     expected, modelled = comparable(reference), model_rows(log)
@@ -146,14 +149,21 @@ def test_runs_killed_anywhere_resume_to_the_uninterrupted_output(ray_local, chat
     killed_run(chat_inputs, out, pipeline, flags, "written")
     assert not (out / "stats.json").exists()
 
-    # 5. the Python API resumes it to the end: exactly the uninterrupted run's rows, ledger and stats
-    cfg = resolve_config(build_parser().parse_args([*argv(chat_inputs, out, pipeline), "--resume"]))
-    summary = run(cfg)
-    assert comparable(out) == expected
     assert not model_rows(log)  # since 2., no row went through the model stage again
+    # 5. input 2's read record is lost: the Python API resumes the run to the end on 4 CPUs, where the
+    # 3 inputs are re-blocked (as in a plain run) and input 2 is processed again; exactly the
+    # uninterrupted run's rows, ledger and stats
+    next((out / "_resume" / "units" / "000002").glob("read-*.json")).unlink()
+    cfg = resolve_config(build_parser().parse_args([*argv(chat_inputs, out, pipeline), "--resume"]))
+    cfg.read_concurrency = None  # reads spread over the 4 CPUs: not part of the run's fingerprint
+    with caplog.at_level(logging.INFO, logger="twinkle_agentic.jobs.preprocess.job"):
+        summary = run(cfg)
+    assert "re-blocked for parallelism" in caplog.text
+    assert comparable(out) == expected
+    assert model_rows(log) == {r for r in modelled if r[0] == 2}
     stats = json.loads((out / "stats.json").read_text())
-    assert stats["resume"]["resumed"] and stats["resume"]["inputs_reused"] == 3
-    assert stats["resume"]["inputs_processed"] == 0 and summary.kept == expected["stats"]["kept"]
+    assert stats["resume"]["resumed"] and stats["resume"]["inputs_reused"] == 2
+    assert stats["resume"]["inputs_processed"] == 1 and summary.kept == expected["stats"]["kept"]
     assert not (out / "_resume" / "units").exists()  # a finished run keeps only _resume/run.json
     assert json.loads((reference / "stats.json").read_text())["resume"] is None
 
