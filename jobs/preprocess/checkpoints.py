@@ -9,8 +9,9 @@ over many batches), so a file is committed in parts, under ``_resume/units/<inde
 - ``part-<rows>-<digest>.arrow``: the commit stage (:meth:`UnitCheckpoints.commit`, the last
   operation before the exchange) writes one part per block and file, holding the file's live and
   dropped rows of that block;
-- ``read-<rows>-<digest>.json``: the read task writes it once it has passed on the file's last row,
-  with the drop-ledger counts of the rows the read dropped itself.
+- ``read-<rows>-<digest>.json``: the read task writes it once it has passed on the file's last row:
+  its raw records (each becomes one row of the first stage), or, read fused with the first stage,
+  its live rows, with the counts of the drops the task wrote to the file's own ledger part.
 
 ``rows`` counts rows and ``digest`` sums a 64-bit hash of each row's line (:func:`line_digest`), so
 a file is committed when the sums of its parts equal its read record: the file names alone say so.
