@@ -40,6 +40,11 @@ class HeadStartError(RuntimeError):
     """The head did not come up; carries the tail of its log."""
 
 
+# The dashboard, its modules and the agents exit within about a second of SIGTERM; a node's GCS,
+# raylet and its `ray start --block` were still running 15 s later, so a longer grace only delays the SIGKILL.
+STOP_GRACE_S = 2.0
+
+
 @dataclass
 class LocalHead:
     """A Ray head node in a subprocess. Use as a context manager or call ``start``/``stop``."""
@@ -188,7 +193,7 @@ class LocalHead:
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
-    def stop(self, grace_s: float = 5.0) -> None:
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Stop the head and every process in its group: SIGTERM, a grace period, then SIGKILL."""
         proc, self.process = self.process, None
         if proc is not None:
@@ -220,7 +225,7 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
-def stop_process_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+def stop_process_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
     """Stop a process started with ``start_new_session=True`` and everything in its group (a Ray
     node's raylet, GCS and workers): SIGTERM, a grace period, then SIGKILL."""
     pgid = proc.pid  # start_new_session=True made it its group's leader
