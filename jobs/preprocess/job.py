@@ -12,7 +12,7 @@ Data flow::
       -> ...
       -> PreprocessDatasink: kept rows, drop ledger, summed StepStats
 
-A resumable run (``--resume``, :func:`build_resumable`) ends the stages before the first exchange with
+A resumable run (``--resume``, :func:`build` with checkpoints) ends the stages before the first exchange with
 a commit stage that checkpoints each input's rows (:mod:`.checkpoints`), and reads the rows of inputs
 committed by an earlier attempt back from their checkpoints, straight into the exchange.
 
@@ -247,34 +247,61 @@ def build(
     ``ledger`` (a ``sink.EarlyLedger``): fused read tasks write the first stage's drops to the drop
     ledger themselves, so those rows skip the dedup exchange. ``read`` (:func:`.read_plan.plan_read`):
     how many whole-file read tasks, and how many at once; default: planned for ``cpus``.
-    ``checkpoints`` (a resumable run's): the read tasks record each input they finished there.
+    ``checkpoints`` (a resumable run's, see :mod:`.checkpoints`): only the inputs not committed are
+    read and go through the per-row stages, then through the commit stage, which checkpoints them;
+    the committed inputs' frames are read back from their checkpoints and join them; the first
+    exchange and the stages after it run on both.
     """
     import ray.data
 
     from .read import RecordDatasource
 
-    first_batch = stages[0].batch_size or cfg.batch_size
-    unreadable = cfg.unreadable_files
+    uris = [s.uri for s in sources]  # by input index, as ``_src``: every input, read here or not
     cpus_per_actor = actor_cpus(stages, cfg.actors, cpus)
-    if split_records:
-        raw = RecordDatasource(sources, first_batch, unreadable=unreadable, checkpoints=checkpoints)
-        ds = ray.data.read_datasource(raw)
-        ds = ds.repartition(target_num_rows_per_block=first_batch)
-    else:
-        fused = RecordDatasource(
-            sources,
-            first_batch,
-            transform=stage_adapter(stages[0], steps, names, [s.uri for s in sources]),
-            unreadable=unreadable,
-            ledger=ledger,
-            checkpoints=checkpoints,
+    read = read or plan_read(sources, cpus, None, cfg.read_concurrency)
+    per_row, rest = (stages, []) if checkpoints is None else split_at_exchange(stages)
+    fresh = sources if checkpoints is None else [s for s in sources if s.index not in checkpoints.committed]
+    parts = []
+    if fresh:
+        first_batch = per_row[0].batch_size or cfg.batch_size
+        unreadable = cfg.unreadable_files
+        if split_records:
+            raw = RecordDatasource(fresh, first_batch, unreadable=unreadable, checkpoints=checkpoints)
+            ds = ray.data.read_datasource(raw).repartition(target_num_rows_per_block=first_batch)
+            later = per_row
+        else:
+            fused = RecordDatasource(
+                fresh,
+                first_batch,
+                transform=stage_adapter(per_row[0], steps, names, uris),
+                unreadable=unreadable,
+                ledger=ledger,
+                checkpoints=checkpoints,
+            )
+            ds = ray.data.read_datasource(
+                fused, override_num_blocks=read.tasks, concurrency=read.concurrency, num_cpus=READ_TASK_CPUS
+            )
+            later = per_row[1:]
+        ds = add_stages(ds, steps, names, later, cfg, partitions, cpus_per_actor, uris)
+        if checkpoints is not None:
+            ds = ds.map_batches(checkpoints.commit, batch_size=None, batch_format="pyarrow")
+        parts.append(ds)
+    if checkpoints is not None and checkpoints.committed:
+        from .checkpoints import CheckpointDatasource
+
+        schema = stage_adapter(per_row[-1], steps, names, uris).output_schema()
+        counted = [(READ_POSITION, READ_STEP)] + [(p, names[p]) for stage in per_row for p in stage.positions]
+        reused = CheckpointDatasource(checkpoints, schema, counted)
+        parts.append(
+            ray.data.read_datasource(
+                reused,
+                override_num_blocks=min(read.tasks, len(checkpoints.committed)),
+                concurrency=read.concurrency,
+                num_cpus=READ_TASK_CPUS,
+            )
         )
-        read = read or plan_read(sources, cpus, None, cfg.read_concurrency)
-        ds = ray.data.read_datasource(
-            fused, override_num_blocks=read.tasks, concurrency=read.concurrency, num_cpus=READ_TASK_CPUS
-        )
-        stages = stages[1:]
-    return add_stages(ds, steps, names, stages, cfg, partitions, cpus_per_actor, [s.uri for s in sources])
+    ds = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+    return add_stages(ds, steps, names, rest, cfg, partitions, cpus_per_actor, uris)
 
 
 def add_stages(
@@ -331,52 +358,6 @@ def split_at_exchange(stages: list[Stage]) -> tuple[list[Stage], list[Stage]]:
         if stage.kind in ("dedup", "near"):
             return stages[:at], stages[at:]
     return stages, []
-
-
-def build_resumable(
-    sources: list[Source],
-    steps: list[Any],
-    names: list[str],
-    stages: list[Stage],
-    cfg: PreprocessConfig,
-    partitions: int,
-    split_records: bool,
-    cpus: int,
-    ledger: Any,
-    read: ReadPlan,
-    checkpoints: UnitCheckpoints,
-) -> Any:
-    """The dataset of a resumable run (see :mod:`.checkpoints`): the inputs not committed are read and
-    go through every per-row stage as in :func:`build`, then through the commit stage, which writes
-    their checkpoints; the committed inputs' frames are read back from their checkpoints and join
-    them; the first exchange and the stages after it run on both."""
-    import ray.data
-
-    from .checkpoints import CheckpointDatasource
-
-    per_row, rest = split_at_exchange(stages)
-    uris = [s.uri for s in sources]
-    parts = []
-    fresh = [s for s in sources if s.index not in checkpoints.committed]
-    if fresh:
-        ds = build(
-            fresh, steps, names, per_row, cfg, partitions, split_records, cpus, ledger, read, checkpoints
-        )
-        parts.append(ds.map_batches(checkpoints.commit, batch_size=None, batch_format="pyarrow"))
-    if checkpoints.committed:
-        schema = stage_adapter(per_row[-1], steps, names, uris).output_schema()
-        counted = [(READ_POSITION, READ_STEP)] + [(p, names[p]) for stage in per_row for p in stage.positions]
-        reused = CheckpointDatasource(checkpoints, schema, counted)
-        parts.append(
-            ray.data.read_datasource(
-                reused,
-                override_num_blocks=min(read.tasks, len(checkpoints.committed)),
-                concurrency=read.concurrency,
-                num_cpus=READ_TASK_CPUS,
-            )
-        )
-    ds = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
-    return add_stages(ds, steps, names, rest, cfg, partitions, actor_cpus(stages, cfg.actors, cpus), uris)
 
 
 def prepare_output(output: str, overwrite: bool) -> tuple[Any, str]:
@@ -514,7 +495,7 @@ def execute(
 ) -> tuple[str, SinkResult, float, list[dict]]:
     """Connect to Ray and run the dataset into the sink: (cluster description, what the sink
     counted, seconds of the data work, each input's size and checksum). With ``checkpoints`` (a
-    resumable run) the dataset is :func:`build_resumable`'s: one checkpoint per input."""
+    resumable run) :func:`build` checkpoints each input."""
     import ray.data
 
     from .read import estimated_total
@@ -552,12 +533,7 @@ def execute(
         shuffle_strategy=strategy,
         raise_original_map_exception=True,
     ):
-        if checkpoints is None:
-            ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger, read)
-        else:
-            ds = build_resumable(
-                sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger, read, checkpoints
-            )
+        ds = build(sources, steps, names, stages, cfg, partitions, split, cpus, early_ledger, read, checkpoints)
         sink = PreprocessDatasink(
             cfg.output, uris, run_id, cfg.output_format, cfg.rows_per_file, lineage=cfg.lineage
         )
