@@ -206,11 +206,17 @@ def process_dataset(
         batch_size=batch_size, actors=actors, max_actors=max_actors, dedup_partitions=dedup_partitions
     )
     stages = plan_stages(built, specs)
-    context = ray.data.DataContext.get_current()
-    ordered = copy.copy(context.execution_options)
-    ordered.preserve_order = True  # row numbers and the dedup tie-break follow the dataset's order
-    with context_settings(context, execution_options=ordered, raise_original_map_exception=True):
+
+    def in_order(context: Any) -> Any:  # row numbers and the dedup tie-break follow the dataset's order
+        ordered = copy.copy(context.execution_options)
+        ordered.preserve_order = True
+        return context_settings(context, execution_options=ordered, raise_original_map_exception=True)
+
+    # ``ds`` and what derives from it run with the context ``ds`` was made with, not the current one
+    with in_order(ds.context):
         raw = ds.map_batches(_raw_records(text_column), batch_format="pyarrow").materialize()
+    context = ray.data.DataContext.get_current()
+    with in_order(context):
         cpus = cluster_cpus()
         partitions = dedup_partitions or default_partitions(cpus, raw.size_bytes() or 0)
         strategy = exchange_strategy(context.shuffle_strategy, raw.num_blocks())

@@ -103,3 +103,31 @@ def test_rows_as_ray_data_holds_them_equal_run_pipeline_over_the_same_rows(ray_l
     kept = [json.loads(r["row"]) for r in result.kept.take_all()]
     assert Counter(map(canonical, kept)) == Counter(map(canonical, reference.kept))
     assert result.dropped_rows == len(reference.dropped) > 0
+
+
+def _first_block_last(batch):
+    """Holds back the block with the dataset's first row so that later blocks finish first."""
+    import time
+
+    if 0 in batch["position"]:
+        time.sleep(2.0)
+    return batch
+
+
+def test_rows_are_numbered_by_position_when_the_callers_blocks_finish_out_of_order(ray_local):
+    """The caller's dataset carries the Ray Data context it was made with (order not preserved by
+    default); numbering and the dedup tie-break must still follow its order, not completion order."""
+    import ray.data
+
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    ds = ray.data.from_items(
+        [{"position": i, "text": line} for i, line in enumerate(lines)], override_num_blocks=4
+    ).map_batches(_first_block_last, batch_format="numpy")
+    assert ds.context.execution_options.preserve_order is False
+    result = process_dataset(ds, [StepSpec("DedupFilter")], text_column="text", lineage=True, batch_size=50)
+    reference = run_pipeline([str(SAMPLE)], steps=["DedupFilter"], lineage=True)
+    kept = result.kept.take_all()
+    assert sorted((r["line"], canonical(json.loads(r["row"]))) for r in kept) == sorted(
+        (r["line"], canonical(r["row"])) for r in reference.kept
+    )
+    assert ds.context.execution_options.preserve_order is False  # the caller's context is left as it was
