@@ -44,7 +44,7 @@ EXAMPLE = ROOT / "examples" / "grpo" / "train.py"
 WINDOW = 3  # steps averaged at each end of a run
 MIN_CHANGE = 0.10  # the update run's change must reach this ...
 CONTROL_FACTOR = 2.0  # ... and this multiple of the control's change
-TIMINGS = ("rollout_s", "train_s", "update_s")
+TIMINGS = ("rollout_s", "train_s", "update_s", "mismatch_s")
 
 
 def build_parser() -> argparse.ArgumentParser:

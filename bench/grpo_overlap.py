@@ -14,7 +14,7 @@ wait the same for the same call): ``sync`` (roll out, train, push, in turn) and 
 first on a machine whose load drifts.
 
 From each run's ``metrics.jsonl``: **steps per hour** = 3600 x (steps after the first two) / (their
-wall time, ``rollout_s + train_s + update_s``), the steady rate: the first two steps are left out
+wall time, ``rollout_s + train_s + update_s + mismatch_s``), the steady rate: the first two steps are left out
 because the overlapped run puts both into its farm run at the start (its step 1 then costs no wait) and
 both runs wait for the whole first rollout; and the mean reward per step (its first-3 / last-3
 means and their change).
@@ -46,7 +46,7 @@ from bench.records import emit_record, git_sha  # noqa: E402
 GOAL_RATIO = 1.5
 WARMUP = 2  # steps left out of the rate: the overlap starts steps 0 and 1 together
 NOISE = 0.065  # one standard deviation of a first-3 to last-3 change (docs/bench/grpo.md)
-PHASES = ("rollout_s", "train_s", "update_s")
+PHASES = ("rollout_s", "train_s", "update_s", "mismatch_s")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,7 +166,7 @@ def curves(rounds: list[dict[str, dict[str, Any]]]) -> str:
 
 def table(rounds: list[dict[str, dict[str, Any]]]) -> str:
     rows = [
-        f"{'round':>5} {'run':>8} {'steps/h':>8} {'rollout':>8} {'train':>7} {'update':>7} "
+        f"{'round':>5} {'run':>8} {'steps/h':>8} {'rollout':>8} {'train':>7} {'update':>7} {'mismatch':>8} "
         f"{'tool max':>8} {'first3':>7} {'last3':>7} {'change':>7} {'stale':>5} {'ratio':>6}"
     ]
     for i, r in enumerate(rounds):
@@ -175,7 +175,7 @@ def table(rounds: list[dict[str, dict[str, Any]]]) -> str:
             s = r[mode]
             rows.append(
                 f"{i:>5} {mode:>8} {s['steps_per_hour']:>8.0f} {s['rollout_s']:>7.2f}s {s['train_s']:>6.2f}s "
-                f"{s['update_s']:>6.2f}s {s['tool_wait_max_s']:>7.2f}s {s['first3']:>7.3f} {s['last3']:>7.3f} {s['change']:>+7.3f} "
+                f"{s['update_s']:>6.2f}s {s['mismatch_s']:>7.2f}s {s['tool_wait_max_s']:>7.2f}s {s['first3']:>7.3f} {s['last3']:>7.3f} {s['change']:>+7.3f} "
                 f"{s['max_staleness_seen']:>5} {ratio if mode == 'overlap' else math.nan:>6.2f}"
             )
     return "\n".join(rows)

@@ -26,7 +26,8 @@ It writes ``DIR/metrics.jsonl``, one line per step: ``step``, ``policy_version``
 that generated the step's trajectories), ``mean_reward`` and ``reward_std`` (over the scored
 trajectories), ``groups``, ``failed_groups``, ``mismatch_mean_abs`` / ``mismatch_p99_abs`` (per
 token, |engine logprob - trainer logprob| on the rollout tokens under the weights that generated
-them), ``rollout_s``, ``train_s``, ``update_s``, ``tool_calls`` and ``tool_wait_max_s`` (the longest
+them), ``rollout_s``, ``train_s``, ``update_s``, ``mismatch_s`` (the trainer's forward passes for the
+mismatch, taken after the push), ``tool_calls`` and ``tool_wait_max_s`` (the longest
 delay ``--tool-latency`` gave one of the step's calls), ``trainer_omp_wait`` (the OpenMP wait policy
 in effect), and the loss's figures. With ``--overlap``,
 ``policy_version`` is the oldest version of the step's tokens (the mismatch is taken per token under
@@ -49,6 +50,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,17 +155,21 @@ def scored_members(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [member for group in groups if not group[0]["group_failed"] for member in group]
 
 
-def generating_logprobs(reference: Any, members: list[dict[str, Any]], batch: Any) -> Any:
+def generating_logprobs(reference: Any, members: list[dict[str, Any]], batch: Any, own: Any) -> Any:
     """The trainer's logprob of every rollout token under the weights that generated it. ``reference``
     is one model, or a mapping version -> model: then each token is taken under its own version (its
     ``policy_versions`` span; a weight update that lands during a trajectory splits it), one forward
-    pass per version present."""
+    pass per version present. None stands for the trainer's current weights, whose logprobs ``own``
+    (the loss's forward pass, detached) already holds: no pass for those."""
     import torch
 
     from twinkle_agentic.rl import policy_logprobs
 
+    def under(weights: Any) -> Any:
+        return own if weights is None else policy_logprobs(weights, batch)
+
     if not isinstance(reference, dict):
-        return policy_logprobs(reference, batch)
+        return under(reference)
     versions = torch.full(batch.mask.shape, -1, dtype=torch.long)
     for row, member in enumerate(members):
         versions[row] = member["policy_version"]
@@ -171,29 +177,42 @@ def generating_logprobs(reference: Any, members: list[dict[str, Any]], batch: An
             versions[row, span["start"] : span["end"]] = span["version"]
     out = torch.zeros(batch.mask.shape, dtype=torch.float32)
     for version in versions[batch.mask].unique().tolist():
-        out = torch.where(versions == version, policy_logprobs(reference[version], batch), out)
+        out = torch.where(versions == version, under(reference[version]), out)
     return out
 
 
-def train_step(model: Any, reference: Any, optimizer: Any, members: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, float]:
-    """One optimizer step of the GRPO loss on ``members``; ``reference`` holds the weights that
-    generated them (one model, or one per version: ``generating_logprobs``); the mismatch and, with
-    ``--tis-cap``, the importance weights are taken there."""
+def train_step(
+    model: Any, reference: Any, optimizer: Any, members: list[dict[str, Any]], args: argparse.Namespace
+) -> tuple[dict[str, float], Callable[[], dict[str, float]]]:
+    """One optimizer step of the GRPO loss on ``members``: its figures, and a function that gives the
+    mismatch, taken under the weights that generated them (``reference``: one model, or one per
+    version, None for the model's own: ``generating_logprobs``). The forward passes under older
+    versions need not hold up the push of the new weights, so the caller takes the mismatch after it;
+    with ``--tis-cap`` the importance weights need them before the loss."""
     import torch
 
     from twinkle_agentic.rl import GRPOLossConfig, TokenBatch, grpo_loss, mismatch, policy_logprobs
 
     batch = TokenBatch.of(members, [m["advantage"] for m in members], pad_id=args.pad_id)
-    with torch.no_grad():
-        generating = generating_logprobs(reference, members, batch)
-    figures = mismatch(batch.rollout_logprobs, generating, batch.mask)
+    logp = policy_logprobs(model, batch)
+    own = logp.detach()  # the model's weights before the step: the reference of the versions they are
+    generating: list[Any] = []
+
+    def generating_tokens() -> Any:
+        if not generating:
+            with torch.no_grad():
+                generating.append(generating_logprobs(reference, members, batch, own))
+        return generating[0]
+
     config = GRPOLossConfig(clip_low=0.2, clip_high=0.2, tis_cap=args.tis_cap)
-    loss, stats = grpo_loss(policy_logprobs(model, batch), batch, config, old_logp=generating)
+    old = generating_tokens() if args.tis_cap is not None else None
+    loss, stats = grpo_loss(logp, batch, config, old_logp=old)
     optimizer.zero_grad()
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-    return {**figures, **stats, "loss": loss.item(), "grad_norm": grad_norm.item(), "tokens": batch.tokens}
+    figures = {**stats, "loss": loss.item(), "grad_norm": grad_norm.item(), "tokens": batch.tokens}
+    return figures, lambda: mismatch(batch.rollout_logprobs, generating_tokens(), batch.mask)
 
 
 def import_torch(wait: str) -> str:
@@ -322,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = job_config(args, tiny_model_path())
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
     args.pad_id = model.config.pad_token_id or 0
-    reference = copy.deepcopy(model).eval() if args.no_update else model  # the engine's weights
+    reference = copy.deepcopy(model).eval() if args.no_update else None  # the engine's weights; None: the model's
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
 
     info = connect(cfg, demand(cfg))
@@ -372,8 +391,9 @@ def main(argv: list[str] | None = None) -> int:
                 members = scored_members(groups)
                 rewards = [m["reward"] for m in members]
                 waits = [d for g in groups for m in g for d in trajectory_delays(m["messages"], args.tool_latency, args.seed)]
-                generating = reference if weights_at is None else weights_at
-                figures = train_step(model, generating, optimizer, members, args) if members else {}
+                # the weights of the farm's current version are the model's until this step changes them
+                generating = reference if weights_at is None else {**weights_at, overlap.policy_version: None}
+                figures, measure = train_step(model, generating, optimizer, members, args) if members else ({}, dict)
                 t2 = time.perf_counter()
                 if overlap is not None:  # the farm loads them in the background
                     overlap.finish_step(None if args.no_update else model.state_dict())
@@ -384,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
                 elif not args.no_update:
                     farm.update_weights(model.state_dict())
                 t3 = time.perf_counter()
+                figures = {**measure(), **figures}
+                t4 = time.perf_counter()
                 line = {
                     "step": step,
                     "policy_version": version,
@@ -398,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rollout_s": round(t1 - t0, 3),
                     "train_s": round(t2 - t1, 3),
                     "update_s": round(t3 - t2, 3),
+                    "mismatch_s": round(t4 - t3, 3),
                     "trainer_omp_wait": omp_wait,
                 }
                 metrics.write(json.dumps(line) + "\n")

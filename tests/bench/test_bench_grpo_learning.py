@@ -14,7 +14,7 @@ from bench.grpo_learning import build_parser, criterion, read_metrics, runs_to_d
 def lines(rewards: list[float], **extra) -> list[dict]:
     return [
         {"step": i, "mean_reward": r, "groups": 16, "failed_groups": 0, "rollout_s": 3.0, "train_s": 1.0,
-         "update_s": 0.1, "mismatch_mean_abs": 1e-7 * (i + 1), "mismatch_p99_abs": 1e-6, **extra}
+         "update_s": 0.1, "mismatch_s": 0.0, "mismatch_mean_abs": 1e-7 * (i + 1), "mismatch_p99_abs": 1e-6, **extra}
         for i, r in enumerate(rewards)
     ]  # fmt: skip
 

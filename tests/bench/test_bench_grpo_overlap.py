@@ -11,7 +11,7 @@ from bench.grpo_overlap import build_parser, curves, runs_of_round, steps_per_ho
 def lines(rewards: list[float], rollout_s: float, train_s: float = 1.0, **extra) -> list[dict]:
     return [
         {"step": i, "mean_reward": r, "groups": 16, "failed_groups": 0, "rollout_s": rollout_s,
-         "train_s": train_s, "update_s": 0.0, **extra}
+         "train_s": train_s, "update_s": 0.0, "mismatch_s": 0.0, **extra}
         for i, r in enumerate(rewards)
     ]  # fmt: skip
 

@@ -83,7 +83,8 @@ def test_the_trainer_threads_sleep_between_regions_when_overlapped():
 
 def test_the_mismatch_is_taken_per_token_under_the_version_that_generated_it():
     """An update during a trajectory splits its tokens between two versions (``policy_versions``
-    spans); each token's trainer logprob comes from its own version's weights."""
+    spans); each token's trainer logprob comes from its own version's weights, the trainer's current
+    version's from the loss's forward pass."""
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
@@ -108,9 +109,12 @@ def test_the_mismatch_is_taken_per_token_under_the_version_that_generated_it():
     ]  # fmt: skip
     batch = TokenBatch.of(members, [1.0, -1.0])
     models = {1: Peaked(1), 2: Peaked(2)}
-    got = train.generating_logprobs(models, members, batch)
+    got = train.generating_logprobs(models, members, batch, own=None)
     one, two = policy_logprobs(models[1], batch), policy_logprobs(models[2], batch)
     assert torch.equal(got[0, 1:3], one[0, 1:3]) and torch.equal(got[0, 3], two[0, 3])
     assert torch.equal(got[1, 2], two[1, 2])  # no spans: the trajectory's policy_version
     assert not torch.equal(one[0, 1:4], two[0, 1:4])  # the versions do differ there
-    assert torch.equal(train.generating_logprobs(models[1], members, batch), one)  # one model: every token
+    assert torch.equal(train.generating_logprobs(models[1], members, batch, two), one)  # one model: every token
+    # None: the trainer's current weights, whose logprobs the loss's own pass gave (no pass of its own)
+    assert torch.equal(train.generating_logprobs({1: models[1], 2: None}, members, batch, two), got)
+    assert train.generating_logprobs(None, members, batch, two) is two
