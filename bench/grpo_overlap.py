@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     for mode in ("sync", "overlap"):
         p.add_argument(
             f"--{mode}-omp-wait",
-            choices=("auto", "active", "passive"),
+            choices=("auto", "active", "passive", "bounded"),
             default="auto",
             help=f"the {mode} runs' --trainer-omp-wait (default auto: the example's, active for sync, passive "
             "for overlap)",

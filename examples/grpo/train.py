@@ -68,7 +68,14 @@ PHRASES = (
 )
 OPERATORS = (("plus", "+"), ("minus", "-"), ("times", "*"))
 REWARD = "twinkle_agentic.rewards.builtin:contains_ground_truth"
-OMP_WAITS = ("auto", "active", "passive")
+OMP_WAITS = ("auto", "active", "passive", "bounded")
+# libgomp's settings per wait: it reads them once, when torch loads it. ACTIVE alone spins without
+# bound (30 billion spins); the spin count of "bounded" lasts about 70 ms on this machine's cores.
+OMP_WAIT_ENV = {
+    "active": {"OMP_WAIT_POLICY": "ACTIVE"},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "bounded": {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "3M"},
+}
 TOOL_CALLS_AT_ONCE = 128  # a step's calls all wait at once (worker, Serve and tool server limits)
 
 
@@ -216,22 +223,24 @@ def train_step(
 
 
 def import_torch(wait: str) -> str:
-    """Import torch with its OpenMP threads waiting ``wait`` ("active": spin, the runtime's default;
-    "passive": sleep) between parallel regions, and return the policy in effect. Spinning threads hold
-    the cores the overlapped farm needs while it generates; libgomp reads ``OMP_WAIT_POLICY`` once,
-    when torch loads it, so the variable is set for the import only (Ray's processes started later do
-    not inherit it), and a process that loaded torch before keeps the policy it loaded with."""
+    """Import torch with its OpenMP threads waiting ``wait`` between parallel regions ("active": spin;
+    "passive": sleep; "bounded": spin a while, then sleep) and return the policy in effect. Spinning
+    threads hold cores the farm needs while it generates: through the whole rollout with "active".
+    The variables are set for the import only (Ray's processes started later do not inherit them),
+    and a process that loaded torch before keeps the policy it loaded with."""
     if "torch" in sys.modules:
-        return f"as loaded ({os.environ.get('OMP_WAIT_POLICY', 'active').lower()})"
-    before = os.environ.get("OMP_WAIT_POLICY")
-    os.environ["OMP_WAIT_POLICY"] = wait.upper()
+        return f"as loaded ({os.environ.get('OMP_WAIT_POLICY', 'default').lower()})"
+    settings = OMP_WAIT_ENV[wait]
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         import torch  # noqa: F401
     finally:
-        if before is None:
-            del os.environ["OMP_WAIT_POLICY"]
-        else:
-            os.environ["OMP_WAIT_POLICY"] = before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
     return wait
 
 
@@ -294,8 +303,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--trainer-omp-wait",
         choices=OMP_WAITS,
         default="auto",
-        help="how the trainer's idle OpenMP threads wait: active (spin) or passive (sleep); default auto: "
-        "passive with --overlap, so they leave the cores to the farm generating meanwhile, else active",
+        help="how the trainer's idle OpenMP threads wait: active (spin), passive (sleep) or bounded (spin about "
+        "70 ms, then sleep); default auto: passive with --overlap, so they leave the cores to the farm "
+        "generating meanwhile, else active",
     )
     parser.add_argument(
         "--tool-latency",
