@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
             f"--{mode}-omp-wait",
             choices=("auto", "active", "passive", "bounded"),
             default="auto",
-            help=f"the {mode} runs' --trainer-omp-wait (default auto: the example's, active for sync, passive "
+            help=f"the {mode} runs' --trainer-omp-wait (default auto: the example's, bounded for sync, passive "
             "for overlap)",
         )
     p.add_argument("--noise", type=float, default=NOISE, help="allowed shortfall of the reward change")

@@ -14,9 +14,9 @@ the engine keeps sampling from the initial weights, the control. ``--overlap`` r
 steps while the trainer trains (``twinkle_agentic.rollout.overlap``: one farm run for the whole
 training, each step fed into it as soon as the bound allows), at most ``--max-staleness`` policy
 versions behind the trainer; ``--run-steps N`` feeds steps N at a time; ``--on-update`` says what a
-weight update does to trajectories in flight; ``--trainer-omp-wait`` (default: passive with
-``--overlap``) lets the trainer's idle OpenMP threads sleep instead of spinning on the cores the farm
-generates on.
+weight update does to trajectories in flight; ``--trainer-omp-wait`` says how the trainer's idle
+OpenMP threads wait (default: passive with ``--overlap``, so they do not spin on the cores the farm
+generates on; bounded without, spinning between the ops of a step and asleep through the rollout).
 ``--tool-latency SPEC`` delays every tool call on the Serve replica by a seeded heavy-tailed draw
 (``twinkle_agentic.demo.latency``: ``lognormal:median=0.3,sigma=1.0``, ``pareto:scale=0.1,alpha=1.5``,
 ``fixed:seconds=0.2``; the same call waits the same in every run of a seed); ``--mode async`` runs
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import math
 import os
@@ -202,14 +203,12 @@ def train_step(
 
     batch = TokenBatch.of(members, [m["advantage"] for m in members], pad_id=args.pad_id)
     logp = policy_logprobs(model, batch)
-    own = logp.detach()  # the model's weights before the step: the reference of the versions they are
-    generating: list[Any] = []
+    own = logp.detach()  # under the weights before the step: those of the trainer's own version
 
+    @functools.cache
     def generating_tokens() -> Any:
-        if not generating:
-            with torch.no_grad():
-                generating.append(generating_logprobs(reference, members, batch, own))
-        return generating[0]
+        with torch.no_grad():
+            return generating_logprobs(reference, members, batch, own)
 
     config = GRPOLossConfig(clip_low=0.2, clip_high=0.2, tis_cap=args.tis_cap)
     old = generating_tokens() if args.tis_cap is not None else None
@@ -305,7 +304,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="how the trainer's idle OpenMP threads wait: active (spin), passive (sleep) or bounded (spin about "
         "70 ms, then sleep); default auto: passive with --overlap, so they leave the cores to the farm "
-        "generating meanwhile, else active",
+        "generating meanwhile, else bounded: hot between the ops of a step, asleep through the rollout",
     )
     parser.add_argument(
         "--tool-latency",
@@ -325,7 +324,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.steps < 1 or args.prompts < 1 or args.group_size < 2:
         parser.error("--steps and --prompts must be >= 1 and --group-size >= 2 (a group needs two samples to compare)")
     if args.trainer_omp_wait == "auto":
-        args.trainer_omp_wait = "passive" if args.overlap else "active"
+        args.trainer_omp_wait = "passive" if args.overlap else "bounded"
     return args
 
 

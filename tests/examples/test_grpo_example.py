@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import pytest
 
@@ -76,7 +77,7 @@ def test_the_trainer_threads_sleep_between_regions_when_overlapped():
     pytest.importorskip("torch")
     train = load_example()
     assert train.parse_args(["--output", "x", "--overlap"]).trainer_omp_wait == "passive"
-    assert train.parse_args(["--output", "x"]).trainer_omp_wait == "active"
+    assert train.parse_args(["--output", "x"]).trainer_omp_wait == "bounded"
     assert train.parse_args(["--output", "x", "--overlap", "--trainer-omp-wait", "active"]).trainer_omp_wait == "active"
     assert train.import_torch("passive").startswith("as loaded (")
 
@@ -118,3 +119,30 @@ def test_the_mismatch_is_taken_per_token_under_the_version_that_generated_it():
     # None: the trainer's current weights, whose logprobs the loss's own pass gave (no pass of its own)
     assert torch.equal(train.generating_logprobs({1: models[1], 2: None}, members, batch, two), got)
     assert train.generating_logprobs(None, members, batch, two) is two
+
+
+@pytest.mark.parametrize(("wait", "spins"), [("bounded", False), ("active", True)])
+def test_bounded_threads_stop_spinning_where_active_ones_go_on(wait, spins):
+    """After a parallel region, an idle second's CPU time: a whole core's with "active" (libgomp spins
+    without bound), next to none with "bounded"; the variables are set for torch's import only."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    script = (
+        "import importlib.util, os, sys, time\n"
+        f"spec = importlib.util.spec_from_file_location('grpo_train', {str(REPO_ROOT / 'examples' / 'grpo' / 'train.py')!r})\n"
+        "train = importlib.util.module_from_spec(spec); spec.loader.exec_module(train)\n"
+        f"assert train.import_torch({wait!r}) == {wait!r}\n"
+        "assert 'GOMP_SPINCOUNT' not in os.environ and 'OMP_WAIT_POLICY' not in os.environ\n"
+        "import torch\n"
+        "torch.set_num_threads(2)\n"
+        "x = torch.randn(512, 512)\n"
+        "for _ in range(20): x = torch.tanh(x @ x)\n"
+        "start = time.process_time(); time.sleep(1.0); print(time.process_time() - start)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    idle_cpu_s = float(out.stdout.strip().splitlines()[-1])
+    assert (idle_cpu_s > 0.3) if spins else (idle_cpu_s < 0.3), idle_cpu_s
