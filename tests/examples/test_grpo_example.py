@@ -129,6 +129,9 @@ def test_bounded_threads_stop_spinning_where_active_ones_go_on(wait, spins):
     import subprocess
     import sys
 
+    if spins and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("libgomp throttles spinning when its threads outnumber the CPUs")
+
     script = (
         "import importlib.util, os, sys, time\n"
         f"spec = importlib.util.spec_from_file_location('grpo_train', {str(REPO_ROOT / 'examples' / 'grpo' / 'train.py')!r})\n"
