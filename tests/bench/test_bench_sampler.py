@@ -3,6 +3,7 @@ page faults summed by kind of process since a snapshot; the reports' CPU kept ap
 
 from __future__ import annotations
 
+import mmap
 import os
 
 from bench.preprocess_job import ClusterSampler, reports_timed
@@ -27,7 +28,10 @@ def test_counters_are_summed_by_kind_since_the_snapshot():
 def test_minor_faults_read_from_proc_and_none_for_a_missing_process():
     mine = ClusterSampler._minor_faults(os.getpid())
     assert mine is not None and mine > 0
-    bytearray(32 << 20)  # touching fresh memory faults pages in
+    block = mmap.mmap(-1, 32 << 20)  # fresh anonymous pages: a heap block may reuse resident ones
+    for offset in range(0, len(block), mmap.PAGESIZE):
+        block[offset] = 1  # touching each faults it in
+    block.close()
     assert ClusterSampler._minor_faults(os.getpid()) > mine
     assert ClusterSampler._minor_faults(2**22 + 12345) is None
 
