@@ -150,11 +150,14 @@ class RecordDatasource(Datasource):
     def _read(self, group: list[Source]) -> Iterator[Any]:
         if self.checkpoints is not None:
             return self._read_resumable(group, self.checkpoints)
-        blocks = read_blocks(group, self.block_rows, self.unreadable)
+        return self._filtered(read_blocks(group, self.block_rows, self.unreadable), group[0])
+
+    def _filtered(self, blocks: Iterator[Any], first: Source) -> Iterator[Any]:
+        """``blocks`` through the fused stage, if any; its drops to the ledger part named after ``first``."""
         if self.transform is None:
             return blocks
         frames = map(self.transform, blocks)
-        return frames if self.ledger is None else self.ledger.route(frames, f"read-{group[0].index:06d}")
+        return frames if self.ledger is None else self.ledger.route(frames, f"read-{first.index:06d}")
 
     def _read_resumable(self, group: list[Source], checkpoints: UnitCheckpoints) -> Iterator[Any]:
         """One input at a time, each then recorded as read (:meth:`.checkpoints.UnitCheckpoints.read_done`)
@@ -164,9 +167,7 @@ class RecordDatasource(Datasource):
         import numpy as np
 
         for source in group:
-            blocks = read_blocks([source], self.block_rows, self.unreadable)
-            if self.transform is not None and self.ledger is not None:
-                blocks = self.ledger.route(map(self.transform, blocks), f"read-{source.index:06d}")
+            blocks = self._filtered(read_blocks([source], self.block_rows, self.unreadable), source)
             rows, digest, drops = 0, 0, None
             for number, block in enumerate(blocks):
                 lines = block.column(LINE).to_numpy()
