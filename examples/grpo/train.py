@@ -16,7 +16,9 @@ training, each step fed into it as soon as the bound allows), at most ``--max-st
 versions behind the trainer; ``--run-steps N`` feeds steps N at a time; ``--on-update`` says what a
 weight update does to trajectories in flight; ``--trainer-omp-wait`` says how the trainer's idle
 OpenMP threads wait (default: passive with ``--overlap``, so they do not spin on the cores the farm
-generates on; bounded without, spinning between the ops of a step and asleep through the rollout).
+generates on; bounded without, spinning between the ops of a step and asleep through the rollout);
+``--trainer-nice`` is the trainer threads' scheduling niceness (default 10 with ``--overlap``: the
+engine generating meanwhile takes the cores first).
 ``--tool-latency SPEC`` delays every tool call on the Serve replica by a seeded heavy-tailed draw
 (``twinkle_agentic.demo.latency``: ``lognormal:median=0.3,sigma=1.0``, ``pareto:scale=0.1,alpha=1.5``,
 ``fixed:seconds=0.2``; the same call waits the same in every run of a seed); ``--mode async`` runs
@@ -29,7 +31,7 @@ token, |engine logprob - trainer logprob| on the rollout tokens under the weight
 them), ``rollout_s``, ``train_s``, ``update_s``, ``mismatch_s`` (the trainer's forward passes for the
 mismatch, taken after the push), ``tool_calls`` and ``tool_wait_max_s`` (the longest
 delay ``--tool-latency`` gave one of the step's calls), ``trainer_omp_wait`` (the OpenMP wait policy
-in effect), and the loss's figures. With ``--overlap``,
+in effect), ``trainer_nice``, and the loss's figures. With ``--overlap``,
 ``policy_version`` is the oldest version of the step's tokens (the mismatch is taken per token under
 the trainer's weights of the version that generated it), ``staleness`` the trainer's version minus
 it, ``stale_groups`` the groups found staler than the bound, ``rollout_s`` how long the trainer
@@ -50,6 +52,7 @@ import os
 import random
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -243,6 +246,15 @@ def import_torch(wait: str) -> str:
     return wait
 
 
+def lower_priority(nice: int) -> None:
+    """Run the calling thread, and the threads it starts from now on (torch's OpenMP threads among
+    them), at scheduling niceness ``nice`` at least. Linux keeps a nice value per thread, inherited at
+    creation, so the processes and threads started before (Ray's, the farm's) keep theirs."""
+    thread = threading.get_native_id()
+    if nice > os.getpriority(os.PRIO_PROCESS, thread):
+        os.setpriority(os.PRIO_PROCESS, thread, nice)
+
+
 def latency_arg(text: str) -> Any:
     from twinkle_agentic.demo.latency import LatencyError, ToolLatency
 
@@ -307,6 +319,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "generating meanwhile, else bounded: hot between the ops of a step, asleep through the rollout",
     )
     parser.add_argument(
+        "--trainer-nice",
+        type=int,
+        default=None,
+        help="scheduling niceness of the trainer's threads, 0-19; default: 10 with --overlap, so the engine "
+        "generating meanwhile gets the cores first and the trainer the rest, else 0",
+    )
+    parser.add_argument(
         "--tool-latency",
         type=latency_arg,
         default=latency_arg("none"),
@@ -323,6 +342,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--run-steps must be from 1 to --max-staleness + 1 (a run carries the steps the bound allows)")
     if args.steps < 1 or args.prompts < 1 or args.group_size < 2:
         parser.error("--steps and --prompts must be >= 1 and --group-size >= 2 (a group needs two samples to compare)")
+    if args.trainer_nice is not None and not 0 <= args.trainer_nice <= 19:
+        parser.error("--trainer-nice must be from 0 to 19 (a higher niceness is a lower priority)")
+    if args.trainer_nice is None:
+        args.trainer_nice = 10 if args.overlap else 0
     if args.trainer_omp_wait == "auto":
         args.trainer_omp_wait = "passive" if args.overlap else "bounded"
     return args
@@ -348,11 +371,6 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.trainer_threads)
     print(f"trainer: {torch.get_num_threads()} torch threads, OpenMP wait {omp_wait}", flush=True)
     cfg = job_config(args, tiny_model_path())
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
-    args.pad_id = model.config.pad_token_id or 0
-    reference = copy.deepcopy(model).eval() if args.no_update else None  # the engine's weights; None: the model's
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-
     info = connect(cfg, demand(cfg))
     services = deploy(cfg, info.embedded)
     farm = RolloutFarm(cfg.engine_config(), cfg.rollout_spec(services.catalog), cfg.farm_options())
@@ -372,6 +390,12 @@ def main(argv: list[str] | None = None) -> int:
                 farm, make_items, max_staleness=args.max_staleness, steps=args.steps, groups=cfg.groups,
                 run_steps=args.run_steps, on_update=args.on_update,
             )  # fmt: skip
+        # after Ray's processes and threads have started, before torch starts its OpenMP threads
+        lower_priority(args.trainer_nice)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32)
+        args.pad_id = model.config.pad_token_id or 0
+        reference = copy.deepcopy(model).eval() if args.no_update else None  # the engine's weights; None: the model's
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
         # with --overlap: the trainer's weights of each version the coming steps' tokens may come from
         weights_at = {farm.policy_version: copy.deepcopy(model).eval()} if overlap and not args.no_update else None
         with metrics_path.open("w", encoding="utf-8") as metrics:
@@ -431,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
                     "update_s": round(t3 - t2, 3),
                     "mismatch_s": round(t4 - t3, 3),
                     "trainer_omp_wait": omp_wait,
+                    "trainer_nice": args.trainer_nice,
                 }
                 metrics.write(json.dumps(line) + "\n")
                 metrics.flush()

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.grpo_overlap import build_parser, curves, runs_of_round, steps_per_hour, summarise, verdict
+from bench.grpo_overlap import (
+    build_parser,
+    curves,
+    equal_delay_ratio,
+    runs_of_round,
+    steps_per_hour,
+    summarise,
+    verdict,
+)
 
 
 def lines(rewards: list[float], rollout_s: float, train_s: float = 1.0, **extra) -> list[dict]:
@@ -49,6 +57,20 @@ def test_summary_and_verdict_over_paired_rounds():
         summarise(lines(rewards[:5], rollout_s=1.0))
 
 
+def test_the_equal_delay_ratio_moves_each_step_by_its_share_of_the_tool_gap():
+    """Synchronous steps of 4 s drawing a 3 s slowest call against overlapped ones of 2 s drawing 2 s:
+    at the common 2.5 s the synchronous step is 3.5 s and the overlapped one 2.25 s at staleness 1
+    (two steps share a wait), 2.5 s at staleness 0; with equal draws it is the pooled ratio."""
+    rewards = [0.4, 0.5, 0.6, 0.6, 0.7, 0.8]
+    sync = summarise(lines(rewards, rollout_s=3.0, tool_wait_max_s=3.0))
+    overlap = summarise(lines(rewards, rollout_s=1.0, tool_wait_max_s=2.0))
+    rounds = [{"sync": sync, "overlap": overlap}]
+    assert equal_delay_ratio(rounds, max_staleness=1) == pytest.approx(3.5 / 2.25)
+    assert equal_delay_ratio(rounds, max_staleness=0) == pytest.approx(3.5 / 2.5)
+    same = [{"sync": sync, "overlap": summarise(lines(rewards, rollout_s=1.0, tool_wait_max_s=3.0))}]
+    assert equal_delay_ratio(same, max_staleness=1) == pytest.approx(verdict(same, 1, 0.065)["pooled_ratio"])
+
+
 def test_a_round_runs_sync_and_overlap_with_the_same_seed_and_latency_in_alternating_order():
     args = build_parser().parse_args(["--steps", "8", "--tool-latency", "fixed:seconds=0.1", "--run-steps", "2"])
     first, second = runs_of_round(0, args), runs_of_round(1, args)
@@ -61,3 +83,5 @@ def test_a_round_runs_sync_and_overlap_with_the_same_seed_and_latency_in_alterna
     waits = build_parser().parse_args(["--sync-omp-wait", "passive", "--overlap-omp-wait", "active"])
     sync, overlap = dict(runs_of_round(0, waits))["sync"], dict(runs_of_round(0, waits))["overlap"]
     assert sync[-2:] == ["--trainer-omp-wait", "passive"] and overlap[-2:] == ["--trainer-omp-wait", "active"]
+    niced = dict(runs_of_round(0, build_parser().parse_args(["--overlap-nice", "0"])))["overlap"]
+    assert niced[-2:] == ["--trainer-nice", "0"]

@@ -52,7 +52,9 @@ def test_the_grpo_example_trains_and_pushes_weights_and_its_control_does_not(ray
 def test_tool_latency_on_serve_delays_the_rollout_and_the_overlap_keeps_its_bound(ray_local, tmp_path):
     train = load_example()
     common = ["--steps", "2", "--prompts", "4", "--tool-latency", "fixed:seconds=1.5"]
-    assert train.main(["--output", str(tmp_path / "overlap"), *common, "--overlap", "--mode", "async"]) == 0
+    # niceness 0: a niced thread stays so, and this one is the test session's
+    overlap = [*common, "--overlap", "--mode", "async", "--trainer-nice", "0"]
+    assert train.main(["--output", str(tmp_path / "overlap"), *overlap]) == 0
     overlapped = metrics(tmp_path / "overlap")
     assert [line["step"] for line in overlapped] == [0, 1]
     assert all(line["staleness"] <= 1 and line["groups"] == 4 for line in overlapped)
@@ -66,7 +68,7 @@ def test_bad_arguments_are_refused_with_the_rule():
     train = load_example()
     with pytest.raises(SystemExit):
         train.parse_args(["--output", "x", "--group-size", "1"])
-    for bad in (["--tool-latency", "lognormal:median=0.3"], ["--overlap", "--run-steps", "3"], ["--on-update", "later"]):
+    for bad in (["--tool-latency", "lognormal:median=0.3"], ["--overlap", "--run-steps", "3"], ["--on-update", "later"], ["--trainer-nice", "20"]):
         with pytest.raises(SystemExit):
             train.parse_args(["--output", "x", *bad])
 
@@ -78,6 +80,7 @@ def test_the_trainer_threads_sleep_between_regions_when_overlapped():
     train = load_example()
     assert train.parse_args(["--output", "x", "--overlap"]).trainer_omp_wait == "passive"
     assert train.parse_args(["--output", "x"]).trainer_omp_wait == "bounded"
+    assert (train.parse_args(["--output", "x", "--overlap"]).trainer_nice, train.parse_args(["--output", "x"]).trainer_nice) == (10, 0)
     assert train.parse_args(["--output", "x", "--overlap", "--trainer-omp-wait", "active"]).trainer_omp_wait == "active"
     assert train.import_torch("passive").startswith("as loaded (")
 
@@ -149,3 +152,33 @@ def test_bounded_threads_stop_spinning_where_active_ones_go_on(wait, spins):
     assert out.returncode == 0, out.stderr[-2000:]
     idle_cpu_s = float(out.stdout.strip().splitlines()[-1])
     assert (idle_cpu_s > 0.3) if spins else (idle_cpu_s < 0.3), idle_cpu_s
+
+
+def test_the_trainer_threads_run_at_its_niceness_and_threads_started_before_keep_theirs():
+    """``--trainer-nice``: the main thread and the OpenMP threads torch starts after it take the
+    niceness; a thread started before (as Ray's and the farm's are) keeps the process's."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import importlib.util, json, os, threading, time\n"
+        f"spec = importlib.util.spec_from_file_location('grpo_train', {str(REPO_ROOT / 'examples' / 'grpo' / 'train.py')!r})\n"
+        "train = importlib.util.module_from_spec(spec); spec.loader.exec_module(train)\n"
+        "import torch\n"
+        "start = os.getpriority(os.PRIO_PROCESS, 0)\n"
+        "earlier = threading.Thread(target=time.sleep, args=(5,), daemon=True); earlier.start()\n"
+        "tasks = set(os.listdir('/proc/self/task'))\n"
+        "train.lower_priority(7)\n"
+        "torch.set_num_threads(2); torch.ones(8_000_000).mul_(2)  # a parallel region: libgomp starts its threads\n"
+        "nice = lambda tid: os.getpriority(os.PRIO_PROCESS, int(tid))\n"
+        "started = [nice(t) for t in set(os.listdir('/proc/self/task')) - tasks]\n"
+        "print(json.dumps({'start': start, 'earlier': nice(earlier.native_id), "
+        "'main': nice(threading.get_native_id()), 'started': started}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    want = max(got["start"], 7)
+    assert got["earlier"] == got["start"] and got["main"] == want
+    assert got["started"] and all(n == want for n in got["started"])  # torch's OpenMP thread(s)
