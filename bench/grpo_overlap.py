@@ -135,6 +135,11 @@ def summarise(lines: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def pooled_step_s(rounds: list[dict[str, dict[str, Any]]], mode: str) -> float:
+    """Seconds per timed step of one run kind, over all the rounds' timed steps."""
+    return sum(r[mode]["timed_s"] for r in rounds) / sum(r[mode]["timed_steps"] for r in rounds)
+
+
 def equal_delay_ratio(rounds: list[dict[str, dict[str, Any]]], max_staleness: int) -> float:
     """The pooled ratio as if both kinds had drawn the same tool delays (an estimate: their runs sample
     different calls). A synchronous step waits for its slowest call; with the farm ``max_staleness``
@@ -142,8 +147,8 @@ def equal_delay_ratio(rounds: list[dict[str, dict[str, Any]]], max_staleness: in
     moved by that share of the gap between its mean tool max and the two kinds' mean."""
     step, tool = {}, {}
     for mode in ("sync", "overlap"):
+        step[mode] = pooled_step_s(rounds, mode)
         steps = sum(r[mode]["timed_steps"] for r in rounds)
-        step[mode] = sum(r[mode]["timed_s"] for r in rounds) / steps
         tool[mode] = sum(r[mode]["tool_wait_max_s"] * r[mode]["timed_steps"] for r in rounds) / steps
     common = statistics.fmean(tool.values())
     sync = step["sync"] + common - tool["sync"]
@@ -162,15 +167,11 @@ def verdict(rounds: list[dict[str, dict[str, Any]]], max_staleness: int, noise: 
         for mode in ("sync", "overlap")
     }
     ratio = statistics.median(ratios)
-    pooled = {
-        mode: sum(r[mode]["timed_steps"] for r in rounds) / sum(r[mode]["timed_s"] for r in rounds)
-        for mode in ("sync", "overlap")
-    }
     learning_ok = median["overlap"]["change"] >= median["sync"]["change"] - noise
     return {
         "ratios": ratios,
         "ratio": ratio,
-        "pooled_ratio": pooled["overlap"] / pooled["sync"],
+        "pooled_ratio": pooled_step_s(rounds, "sync") / pooled_step_s(rounds, "overlap"),
         "equal_delay_ratio": equal_delay_ratio(rounds, max_staleness),
         "median": median,
         "learning_not_worse": learning_ok,
@@ -209,14 +210,14 @@ def omp_wait(wait: str) -> list[str]:
     return [] if wait == "auto" else ["--trainer-omp-wait", wait]
 
 
+def option(name: str, value: int | None) -> list[str]:
+    """The example's ``name value`` argument, none for its own default (``None``)."""
+    return [] if value is None else [name, str(value)]
+
+
 def runs_of_round(index: int, args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     """The two runs of round ``index`` (their order alternates between rounds)."""
     common = ["--steps", str(args.steps), "--tool-latency", args.tool_latency, "--mode", args.mode]
-    threads = (
-        []
-        if args.overlap_trainer_threads is None
-        else ["--trainer-threads", str(args.overlap_trainer_threads)]
-    )
     runs = [
         ("sync", [*common, *omp_wait(args.sync_omp_wait)]),
         (
@@ -231,8 +232,8 @@ def runs_of_round(index: int, args: argparse.Namespace) -> list[tuple[str, list[
                 "--on-update",
                 args.on_update,
                 *omp_wait(args.overlap_omp_wait),
-                *threads,
-                *([] if args.overlap_nice is None else ["--trainer-nice", str(args.overlap_nice)]),
+                *option("--trainer-threads", args.overlap_trainer_threads),
+                *option("--trainer-nice", args.overlap_nice),
             ],
         ),
     ]
